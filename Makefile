@@ -1,0 +1,21 @@
+# Every target runs scripts/setup.sh first: it is idempotent and takes seconds once the venv exists.
+SHELL := /bin/bash
+.PHONY: setup serve test test-unit lint dashboards alerts bench clean
+
+setup:
+	@bash scripts/setup.sh
+
+serve: setup
+	@source scripts/env.sh && exec python scripts/triton_launcher.py
+
+test: setup
+	@bash scripts/test.sh $(PYTEST_ARGS)
+
+test-unit: setup
+	@source scripts/env.sh && python -m pytest -q tests/unit $(PYTEST_ARGS)
+
+lint: setup
+	@source scripts/env.sh && ruff check backend metrics health dashboards alerts scripts tests
+
+clean:
+	rm -rf .build .bench

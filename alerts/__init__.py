@@ -1,0 +1,1 @@
+"""Prometheus and Grafana-managed alert rules, and their promtool tests."""

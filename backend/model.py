@@ -1,0 +1,45 @@
+"""Triton's entry point for `backend: "vllm"` (installed as `<backends>/vllm/model.py`): a thin adapter."""
+
+import locale
+
+# The Python stub embeds CPython without setting the locale, so open() would default to ASCII and
+# importing vLLM (which reads UTF-8 files) would fail. This must run before anything imports vLLM.
+for _name in ("", "C.UTF-8"):
+    try:
+        locale.setlocale(locale.LC_CTYPE, _name)
+    except locale.Error:
+        continue
+    if locale.getpreferredencoding(False).lower().replace("-", "") == "utf8":
+        break
+
+from pathlib import Path  # noqa: E402
+
+import triton_python_backend_utils as pb_utils  # noqa: E402
+
+from backend import io_spec  # noqa: E402
+
+
+class TritonPythonModel:
+    @classmethod
+    def auto_complete_config(cls, auto_complete_model_config):
+        return io_spec.complete_config(auto_complete_model_config)
+
+    def initialize(self, args):
+        from backend.errors import ConfigError
+        from backend.model_instance import ModelInstance
+
+        try:
+            self._instance = ModelInstance(args, Path(pb_utils.get_model_dir()))
+        except ConfigError as exc:
+            pb_utils.Logger.log_error(f"[vllm] model load failed: {exc}")
+            raise pb_utils.TritonModelException(str(exc)) from None
+
+    def execute(self, requests):
+        self._instance.execute(requests)
+        return None
+
+    def finalize(self):
+        instance = getattr(self, "_instance", None)
+        if instance is not None:
+            instance.close()
+            self._instance = None

@@ -1,0 +1,82 @@
+"""One Triton model instance: configuration checks, the engine, the service — wired together.
+
+Imported by model.py inside `initialize()` only (it imports vLLM).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from backend.engine_args import build_engine_args, load_model_json, resolve_local_paths, validate_engine_config
+from backend.device import check_device
+from backend.engine_runner import EngineRunner
+from backend.errors import ConfigError
+from backend.generation import GenerationService
+from backend.lora import LoraRegistry
+from backend.settings import BackendSettings
+from backend.response_thread import InflightRequest, Outcome
+from backend.triton_io import PbTritonIO, TritonLogger, TritonRequestView
+from metrics.backend_families import BackendInfo
+from metrics.exporter import MetricsExporter, gate
+
+
+class ModelInstance:
+    def __init__(self, args: dict[str, str], model_dir: Path) -> None:
+        self.log = TritonLogger()
+        model_config = json.loads(args["model_config"])
+        if not model_config.get("model_transaction_policy", {}).get("decoupled", False):
+            raise ConfigError(
+                "the vllm backend needs a decoupled model: add `model_transaction_policy { decoupled: true }` "
+                "to config.pbtxt (or let Triton auto-complete the config)"
+            )
+        self.settings = BackendSettings.from_model_config(model_config)
+        engine_config = validate_engine_config(resolve_local_paths(load_model_json(model_dir), model_dir))
+        check_device(engine_config, args, self.log)
+        self.lora = LoraRegistry.load(model_dir, engine_config)
+        self.metrics = self._metrics_exporter(args, engine_config)
+        self.runner = EngineRunner(
+            build_engine_args(engine_config), self.metrics.stat_loggers() if self.metrics else None
+        )
+        self.log.info(f"starting the vLLM engine for model {engine_config.get('model')!r}")
+        self.runner.start()
+        self.service = GenerationService(self.runner, PbTritonIO(), self.lora, self.log, self._finished)
+        if self.metrics is not None:
+            self.metrics.start(self._info(), lambda: len(self.service.responses.inflight()))
+        self.log.info(f"model {args['model_name']} (instance {args.get('model_instance_name', '?')}) is ready")
+
+    def _metrics_exporter(self, args: dict[str, str], engine_config: dict[str, Any]) -> MetricsExporter | None:
+        """One clear line saying whether metrics are on and, if not, which switch is off."""
+        import triton_python_backend_utils as pb_utils
+
+        reason = gate(self.settings.report_custom_metrics, engine_config)
+        if reason is None and not MetricsExporter.server_allows_metrics(pb_utils):
+            reason = "tritonserver runs with --allow-metrics=false"
+        if reason is not None:
+            self.log.info(f"metrics: off for {args['model_name']} ({reason})")
+            return None
+        self.log.info(f"metrics: on for {args['model_name']} (REPORT_CUSTOM_METRICS is true): vLLM's families "
+                      "and vllm_triton_* on Triton's metrics endpoint")
+        return MetricsExporter(pb_utils, args, self.log.error)
+
+    def _info(self) -> BackendInfo:
+        import vllm
+
+        from backend import __version__
+
+        return BackendInfo(vllm.__version__, __version__, self.metrics is not None,
+                           self.settings.enable_health_check)
+
+    def _finished(self, _request: InflightRequest, outcome: Outcome) -> None:
+        if self.metrics is not None:
+            self.metrics.request_finished(outcome.value)
+
+    def execute(self, requests: list[Any]) -> None:
+        for request in requests:
+            self.service.submit(request, TritonRequestView(request))
+
+    def close(self) -> None:
+        self.service.close()
+        if self.metrics is not None:
+            self.metrics.stop()

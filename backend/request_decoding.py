@@ -1,0 +1,133 @@
+"""A Triton request → a validated `GenerateRequest`, or an `InvalidRequest` naming the field at fault.
+
+Pure logic over a small `RequestView` (input tensors as numpy arrays + the parameters JSON), so it is
+unit-tested without Triton. Defaults follow the official backend: non-streaming responses include the prompt
+unless `exclude_input_in_output` is true; streaming never does.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from backend.errors import InvalidRequest
+from backend.sampling import SamplingRequest, build_sampling, parse_parameters_json
+
+
+class RequestView(Protocol):
+    def input(self, name: str) -> np.ndarray | None: ...
+
+    def parameters(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class OutputOptions:
+    """Which optional outputs the client asked for (the `return_*` inputs)."""
+
+    finish_reason: bool = False
+    cumulative_logprob: bool = False
+    logprobs: bool = False
+    num_input_tokens: bool = False
+    num_output_tokens: bool = False
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
+    prompt: str | dict[str, Any]
+    stream: bool
+    prepend_input: bool
+    sampling: SamplingRequest
+    outputs: OutputOptions
+    # Whether the client asked for per-token logprobs (sampling `logprobs`); vLLM computes the cumulative
+    # logprob only when logprobs are on, so `return_cumulative_logprob` alone turns them on internally.
+    client_logprobs: bool = True
+
+
+def _first(array: np.ndarray, name: str) -> Any:
+    flat = np.asarray(array).reshape(-1)
+    if flat.size == 0:
+        raise InvalidRequest(f"{name}: is empty; expected one element")
+    return flat[0]
+
+
+def _bool_input(view: RequestView, name: str) -> bool | None:
+    array = view.input(name)
+    return None if array is None else bool(_first(array, name))
+
+
+def _decode_text(value: Any, name: str) -> str:
+    if isinstance(value, str):
+        return value
+    if not isinstance(value, (bytes, np.bytes_)):
+        raise InvalidRequest(f"{name}: expected a UTF-8 string, got {type(value).__name__}")
+    try:
+        return bytes(value).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidRequest(
+            f"{name}: not valid UTF-8 (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); "
+            "send the prompt as UTF-8 text"
+        ) from None
+
+
+def _decode_prompt(view: RequestView) -> str | dict[str, Any]:
+    array = view.input("text_input")
+    if array is None:
+        raise InvalidRequest("text_input: missing; it is required and must be a non-empty UTF-8 string")
+    prompt = _decode_text(_first(array, "text_input"), "text_input")
+    if not prompt:
+        raise InvalidRequest("text_input: is empty; send a non-empty prompt")
+    images = view.input("image")
+    if images is None or np.asarray(images).size == 0:
+        return prompt
+    return {"prompt": prompt, "multi_modal_data": {"image": [_decode_image(i) for i in np.asarray(images).reshape(-1)]}}
+
+
+def _decode_image(value: Any) -> Any:
+    from io import BytesIO
+
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        raw = base64.b64decode(_decode_text(value, "image"), validate=True)
+        return Image.open(BytesIO(raw)).convert("RGB")
+    except (binascii.Error, UnidentifiedImageError, OSError) as exc:
+        raise InvalidRequest(f"image: each element must be a base64-encoded image file ({exc})") from None
+
+
+def _sampling(view: RequestView) -> SamplingRequest:
+    tensor = view.input("sampling_parameters")
+    if tensor is not None:
+        source = "sampling_parameters"
+        text = _decode_text(_first(tensor, source), source)
+    else:
+        source = "request parameters"
+        text = view.parameters() or "{}"
+    return build_sampling(parse_parameters_json(text, source), source)
+
+
+def decode_request(view: RequestView) -> GenerateRequest:
+    prompt = _decode_prompt(view)
+    stream = bool(_bool_input(view, "stream"))
+    exclude = _bool_input(view, "exclude_input_in_output")
+    if stream and exclude is False:
+        raise InvalidRequest(
+            "exclude_input_in_output: false is not allowed when streaming (streamed responses carry only new "
+            "text); omit it or set it to true"
+        )
+    prepend_input = not stream and not exclude
+    outputs = OutputOptions(
+        finish_reason=bool(_bool_input(view, "return_finish_reason")),
+        cumulative_logprob=bool(_bool_input(view, "return_cumulative_logprob")),
+        logprobs=bool(_bool_input(view, "return_logprobs")),
+        num_input_tokens=bool(_bool_input(view, "return_num_input_tokens")),
+        num_output_tokens=bool(_bool_input(view, "return_num_output_tokens")),
+    )
+    sampling = _sampling(view)
+    client_logprobs = sampling.params.logprobs is not None
+    if outputs.cumulative_logprob and not client_logprobs:
+        sampling.params.logprobs = 0
+    return GenerateRequest(prompt, stream, prepend_input, sampling, outputs, client_logprobs)

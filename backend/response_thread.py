@@ -1,0 +1,177 @@
+"""The one thread that talks to Triton's response senders.
+
+Sending a response is an IPC round trip to the Triton server; doing it on the engine's event loop would
+stall vLLM's output handling. The engine side only enqueues plain chunks; this thread turns them into
+responses, merges a stream's pending chunks into one response when the client falls behind, polls for
+client cancellation, and tracks which requests are still in flight.
+"""
+
+from __future__ import annotations
+
+import enum
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+from backend.errors import ErrorCode, RequestCancelled, RequestError
+from backend.request_decoding import OutputOptions
+from backend.response_encoding import ResponseChunk
+
+
+class Outcome(enum.Enum):
+    """How a request ended (the `outcome` label of vllm_triton_requests_finished_total)."""
+
+    COMPLETED = "completed"
+    CANCELLED = "cancelled"
+    REJECTED = "rejected"
+    FAILED = "failed"
+
+
+def outcome_of(error: RequestError) -> Outcome:
+    return {
+        ErrorCode.INVALID_ARG: Outcome.REJECTED,
+        ErrorCode.CANCELLED: Outcome.CANCELLED,
+    }.get(error.code, Outcome.FAILED)
+
+
+class TritonIO(Protocol):
+    """What this thread needs from Triton (pb_utils in production, a fake in unit tests)."""
+
+    final_flag: int
+
+    def response(self, chunk: ResponseChunk, options: OutputOptions) -> Any: ...
+
+    def error_response(self, error: RequestError) -> Any: ...
+
+
+@dataclass(eq=False)
+class InflightRequest:
+    request_id: str
+    sender: Any
+    options: OutputOptions
+    stream: bool
+    started: float = field(default_factory=time.monotonic)
+    cancelled: bool = False
+    done: bool = False
+
+
+@dataclass
+class _Item:
+    request: InflightRequest
+    chunk: ResponseChunk | None = None
+    error: RequestError | None = None
+
+
+class ResponseThread:
+    def __init__(
+        self,
+        io: TritonIO,
+        on_cancel: Callable[[InflightRequest], None],
+        on_finished: Callable[[InflightRequest, Outcome], None],
+        log_error: Callable[[str], None],
+        cancel_poll_s: float = 0.2,
+    ) -> None:
+        self._io = io
+        self._on_cancel = on_cancel
+        self._on_finished = on_finished
+        self._log_error = log_error
+        self._cancel_poll_s = cancel_poll_s
+        self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
+        self._inflight: dict[str, InflightRequest] = {}
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="vllm-responses", daemon=True)
+        self._thread.start()
+
+    # -- called from any thread ------------------------------------------------------------------
+    def register(self, request: InflightRequest) -> None:
+        with self._lock:
+            self._inflight[request.request_id] = request
+
+    def send_chunk(self, request: InflightRequest, chunk: ResponseChunk) -> None:
+        self._queue.put(_Item(request, chunk=chunk))
+
+    def send_error(self, request: InflightRequest, error: RequestError) -> None:
+        self._queue.put(_Item(request, error=error))
+
+    def inflight(self) -> list[InflightRequest]:
+        with self._lock:
+            return list(self._inflight.values())
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout)
+
+    # -- the thread ------------------------------------------------------------------------------
+    def _run(self) -> None:
+        last_poll = time.monotonic()
+        while True:
+            try:
+                first = self._queue.get(timeout=self._cancel_poll_s)
+            except queue.Empty:
+                first = ...
+            batch = [] if first is ... else [first]
+            while True:  # take whatever else is already waiting, to merge stream chunks
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            for item in self._coalesce([i for i in batch if i is not None]):
+                self._deliver(item)
+            if None in batch:
+                return
+            if time.monotonic() - last_poll >= self._cancel_poll_s:
+                self._poll_cancellation()
+                last_poll = time.monotonic()
+
+    @staticmethod
+    def _coalesce(items: list[_Item]) -> list[_Item]:
+        """Merge consecutive pending chunks of one stream; order per request is kept."""
+        merged: list[_Item] = []
+        open_chunk: dict[int, _Item] = {}
+        for item in items:
+            key = id(item.request)
+            pending = open_chunk.get(key)
+            if item.chunk is not None and pending is not None and pending.chunk is not None:
+                pending.chunk.merge(item.chunk)
+                continue
+            merged.append(item)
+            open_chunk[key] = item if item.chunk is not None and not item.chunk.finished else None
+        return merged
+
+    def _deliver(self, item: _Item) -> None:
+        request = item.request
+        if request.done:
+            return  # already ended (e.g. failed by the health monitor); late engine output is dropped
+        error = item.error
+        final = error is not None or (item.chunk is not None and item.chunk.finished)
+        if item.chunk is not None and item.chunk.finished and request.cancelled:
+            error = RequestCancelled("request was cancelled by the client")
+        try:
+            response = (
+                self._io.error_response(error) if error is not None
+                else self._io.response(item.chunk, request.options)
+            )
+            request.sender.send(response, flags=self._io.final_flag if final else 0)
+        except Exception as exc:  # a broken sender must not stop the thread serving everyone else
+            self._log_error(f"[vllm] sending a response for request {request.request_id} failed: {exc}")
+            final = True
+            error = error or RequestError(str(exc))
+        if final:
+            request.done = True
+            with self._lock:
+                self._inflight.pop(request.request_id, None)
+            self._on_finished(request, Outcome.COMPLETED if error is None else outcome_of(error))
+
+    def _poll_cancellation(self) -> None:
+        for request in self.inflight():
+            if request.cancelled or request.done:
+                continue
+            try:
+                cancelled = request.sender.is_cancelled()
+            except Exception:
+                cancelled = False
+            if cancelled:
+                request.cancelled = True
+                self._on_cancel(request)

@@ -1,0 +1,83 @@
+"""Sampling parameters from a request (JSON) → vLLM `SamplingParams`, or a precise error.
+
+Accepted like the official backend: the `sampling_parameters` input or the request's parameters, numbers and
+booleans given as strings ("0.1", "true"), `structured_outputs` as an object or a JSON string, plus
+`lora_name`. Unlike the official backend, an unknown key or a value of the wrong type is an error that names it
+(the official backend silently drops to defaults).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from backend.errors import InvalidRequest
+
+# SamplingParams fields a client must not set: the backend owns how outputs are delivered.
+_BACKEND_OWNED = frozenset({"output_kind", "skip_clone", "output_text_buffer_length"})
+# Keys Triton itself defines for request parameters; they are not sampling parameters.
+TRITON_RESERVED = frozenset(
+    {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "binary_data_output",
+     "triton_enable_empty_final_response"}
+)
+LORA_KEY = "lora_name"
+
+
+@dataclass(frozen=True)
+class SamplingRequest:
+    params: Any  # vllm.SamplingParams
+    lora_name: str | None
+
+
+def parse_parameters_json(text: str, source: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text) if text.strip() else {}
+    except json.JSONDecodeError as exc:
+        raise InvalidRequest(f"{source}: not valid JSON ({exc.msg} at position {exc.pos})") from None
+    if not isinstance(value, dict):
+        raise InvalidRequest(f"{source}: must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def allowed_keys() -> list[str]:
+    from vllm import SamplingParams
+
+    public = (f for f in SamplingParams.__struct_fields__ if not f.startswith("_"))
+    return sorted({*(f for f in public if f not in _BACKEND_OWNED), LORA_KEY})
+
+
+def build_sampling(raw: dict[str, Any], source: str) -> SamplingRequest:
+    """Validate keys and types, then let vLLM check ranges (max_tokens ≥ 1, n ≥ 1, …)."""
+    import msgspec
+    from vllm import SamplingParams
+
+    values = {k: v for k, v in raw.items() if k not in TRITON_RESERVED}
+    lora_name = values.pop(LORA_KEY, None)
+    if lora_name is not None and not isinstance(lora_name, str):
+        raise InvalidRequest(f"{source}: {LORA_KEY!r} must be a string, got {type(lora_name).__name__}")
+    allowed = allowed_keys()
+    unknown = sorted(set(values) - set(allowed))
+    if unknown:
+        raise InvalidRequest(
+            f"{source}: unknown sampling parameter(s) {', '.join(map(repr, unknown))}; allowed: {', '.join(allowed)}"
+        )
+    if isinstance(values.get("structured_outputs"), str):
+        values["structured_outputs"] = parse_parameters_json(
+            values["structured_outputs"], f"{source}: 'structured_outputs'"
+        )
+    try:
+        params = msgspec.convert(values, SamplingParams, strict=False)
+    except msgspec.ValidationError as exc:
+        raise InvalidRequest(f"{source}: {_reword(str(exc))}") from None
+    except Exception as exc:  # vLLM's own range checks (VLLMValidationError: "max_tokens must be at least 1")
+        raise InvalidRequest(f"{source}: {exc}") from None
+    return SamplingRequest(params=params, lora_name=lora_name)
+
+
+def _reword(message: str) -> str:
+    """msgspec says "Expected `int`, got `str` - at `$.max_tokens`"; say which parameter first."""
+    text, _, where = message.partition(" - at `$.")
+    if where:
+        return f"sampling parameter {where.rstrip('`')!r}: {text[0].lower()}{text[1:]}"
+    return message

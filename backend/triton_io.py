@@ -1,0 +1,51 @@
+"""The only module of `backend` that touches `triton_python_backend_utils` (besides model.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from backend.errors import RequestError
+from backend.request_decoding import OutputOptions
+from backend.response_encoding import ResponseChunk, encode_chunk
+
+
+class TritonRequestView:
+    """A `pb_utils.InferenceRequest` seen as a `request_decoding.RequestView`."""
+
+    def __init__(self, request: Any) -> None:
+        self._request = request
+
+    def input(self, name: str) -> np.ndarray | None:
+        tensor = pb_utils.get_input_tensor_by_name(self._request, name)
+        return None if tensor is None else tensor.as_numpy()
+
+    def parameters(self) -> str:
+        return self._request.parameters()
+
+
+class PbTritonIO:
+    final_flag = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+
+    def response(self, chunk: ResponseChunk, options: OutputOptions) -> Any:
+        tensors = [pb_utils.Tensor(name, array) for name, array in encode_chunk(chunk, options).items()]
+        return pb_utils.InferenceResponse(output_tensors=tensors)
+
+    def error_response(self, error: RequestError) -> Any:
+        code = getattr(pb_utils.TritonError, error.code.value)
+        return pb_utils.InferenceResponse(error=pb_utils.TritonError(error.message, code=code))
+
+
+class TritonLogger:
+    """`pb_utils.Logger` with the backend's prefix, so its lines are easy to grep in Triton's log."""
+
+    def info(self, message: str) -> None:
+        pb_utils.Logger.log_info(f"[vllm] {message}")
+
+    def warn(self, message: str) -> None:
+        pb_utils.Logger.log_warn(f"[vllm] {message}")
+
+    def error(self, message: str) -> None:
+        pb_utils.Logger.log_error(f"[vllm] {message}")

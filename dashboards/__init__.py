@@ -1,0 +1,1 @@
+"""Grafana dashboards built with grafana-foundation-sdk, and their generated JSON."""

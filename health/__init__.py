@@ -1,0 +1,1 @@
+"""Engine health monitoring and the recovery policy (see the health issue)."""

@@ -1,0 +1,67 @@
+"""Metrics for one model instance: the gating decision, the store, vLLM's logger class and the publisher."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from metrics.backend_families import BackendFamilies, BackendInfo
+from metrics.local import MetricStore
+from metrics.publisher import TritonPublisher
+from metrics.stat_logger import stat_logger_class
+
+PUBLISH_INTERVAL_S = 0.5
+
+
+def gate(report_custom_metrics: bool, engine_config: dict[str, Any]) -> str | None:
+    """None when metrics are on; else the reason they are off (compatible with the official backend)."""
+    if not report_custom_metrics:
+        return 'REPORT_CUSTOM_METRICS is not "true" in config.pbtxt'
+    if str(engine_config.get("disable_log_stats", False)).lower() == "true":
+        return "disable_log_stats is true in model.json (vLLM collects no stats)"
+    return None
+
+
+def triton_labels(args: dict[str, str]) -> dict[str, str]:
+    """Labels on every series: Triton's model and version, and the instance (two instances never collide)."""
+    return {"model": args["model_name"], "version": args["model_version"],
+            "model_instance": args.get("model_instance_name", args["model_name"])}
+
+
+class MetricsExporter:
+    def __init__(self, pb_utils: Any, args: dict[str, str], log_error: Callable[[str], None]) -> None:
+        self.store = MetricStore()
+        self.labels = triton_labels(args)
+        self._pb = pb_utils
+        self._log_error = log_error
+        self._publisher: TritonPublisher | None = None
+        self.families: BackendFamilies | None = None
+
+    @staticmethod
+    def server_allows_metrics(pb_utils: Any) -> bool:
+        """False when tritonserver runs with --allow-metrics=false (creating a family then fails)."""
+        try:
+            pb_utils.MetricFamily(name="vllm_triton_info", description="Backend build and switches; always 1.",
+                                  kind=pb_utils.MetricFamily.GAUGE)
+        except Exception as exc:
+            if "metrics not supported" in str(exc).lower():
+                return False
+            raise
+        return True
+
+    def stat_loggers(self) -> list[type]:
+        return [stat_logger_class(self.store, self.labels)]
+
+    def start(self, info: BackendInfo, inflight_count: Callable[[], int]) -> None:
+        self.families = BackendFamilies(self.store, self.labels, info, inflight_count)
+        self._publisher = TritonPublisher(self.store, self._pb, self._log_error, PUBLISH_INTERVAL_S,
+                                          before_flush=self.families.refresh)
+        self._publisher.start()
+
+    def request_finished(self, outcome: str) -> None:
+        if self.families is not None:
+            self.families.request_finished(outcome)
+
+    def stop(self) -> None:
+        if self._publisher is not None:
+            self._publisher.stop()
+            self._publisher = None

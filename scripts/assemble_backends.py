@@ -1,0 +1,50 @@
+"""Lay out a Triton backend directory: the Python backend (+ its 3.11 stub) and our `vllm` backend.
+
+    assemble_backends.py DIR            DIR/python (from the nvidia-pytriton wheel) and DIR/vllm
+    assemble_backends.py --vllm-only D  only our backend, e.g. D=/opt/tritonserver/backends/vllm in an NGC image
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import sysconfig
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# The packages model.py imports; they sit beside model.py, which Triton puts on the stub's sys.path.
+PACKAGES = ("backend", "metrics", "health")
+STUB_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def install_vllm_backend(dest: Path) -> None:
+    """Copy model.py and its packages (a copy, not links: the same tree an operator installs)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(ROOT / "backend" / "model.py", dest / "model.py")
+    for package in PACKAGES:
+        target = dest / package
+        if target.exists():
+            shutil.rmtree(target)
+        shutil.copytree(ROOT / package, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+
+
+def install_python_backend(dest: Path) -> None:
+    """Triton's Python backend from the wheel, with the stub for this interpreter put in place."""
+    wheel = Path(sysconfig.get_paths()["purelib"]) / "pytriton" / "tritonserver"
+    if dest.exists():
+        shutil.rmtree(dest)
+    shutil.copytree(wheel / "backends" / "python", dest, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(wheel / "python_backend_stubs" / STUB_PYTHON / "triton_python_backend_stub", dest)
+
+
+def main(argv: list[str]) -> None:
+    if argv[:1] == ["--vllm-only"]:
+        install_vllm_backend(Path(argv[1]))
+        return
+    target = Path(argv[0])
+    install_python_backend(target / "python")
+    install_vllm_backend(target / "vllm")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

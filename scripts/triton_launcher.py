@@ -1,0 +1,271 @@
+"""Start, watch and stop a real `tritonserver` with this project's backend directory.
+
+One implementation for `make serve` and for the tests: the server runs in its own session (process group)
+so that stopping it also ends the Python stubs and vLLM's EngineCore/Worker processes, and the Python
+backend's shared-memory regions it leaves behind are removed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# Shared memory a server and its children may leave behind when killed: the Python backend's regions
+# (named after the backend, e.g. triton_vllm_backend_shm_region_*), torch/vLLM's psm_* and semaphores.
+SHM_GLOBS = ("triton_*_backend_shm_region_*", "psm_*", "sem.mp-*")
+
+
+def shm_entries() -> set[str]:
+    return {p.name for pattern in SHM_GLOBS for p in Path("/dev/shm").glob(pattern)}
+
+
+def shm_in_use() -> set[str]:
+    """Names under /dev/shm that some live process has open or mapped."""
+    used: set[str] = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            for fd in (proc / "fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith("/dev/shm/"):
+                    used.add(target[9:].split(" ")[0])
+            for line in (proc / "maps").read_text().splitlines():
+                if "/dev/shm/" in line:
+                    used.add(line.split("/dev/shm/", 1)[1].split(" ")[0])
+        except OSError:
+            continue
+    return used
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_free(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def http_status(url: str, timeout: float = 2.0) -> int | None:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except (urllib.error.URLError, OSError):
+        return None
+
+
+class ServerFailed(RuntimeError):
+    pass
+
+
+class TritonServer:
+    def __init__(
+        self,
+        model_repo: Path,
+        *,
+        http_port: int | None = None,
+        grpc_port: int | None = None,
+        metrics_port: int | None = None,
+        bind: str = "127.0.0.1",
+        extra_args: list[str] | None = None,
+        log_path: Path | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.model_repo = Path(model_repo)
+        self.http_port = http_port or free_port()
+        self.grpc_port = grpc_port or free_port()
+        self.metrics_port = metrics_port or free_port()
+        self.bind = bind
+        self.extra_args = extra_args or []
+        self.log_path = log_path or ROOT / ".build" / f"tritonserver-{self.http_port}.log"
+        self.env = {**os.environ, **(env or {})}
+        self.process: subprocess.Popen[bytes] | None = None
+        self._shm_before: set[str] = set()
+
+    @property
+    def host(self) -> str:
+        return "127.0.0.1" if self.bind in ("0.0.0.0", "127.0.0.1") else self.bind
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{self.host}:{self.http_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{self.host}:{self.metrics_port}/metrics"
+
+    def command(self) -> list[str]:
+        return [
+            self.env.get("TRITONSERVER", "tritonserver"),
+            f"--model-repository={self.model_repo}",
+            f"--backend-directory={self.env.get('BACKEND_DIR', ROOT / '.build' / 'backends')}",
+            f"--http-port={self.http_port}", f"--grpc-port={self.grpc_port}",
+            f"--metrics-port={self.metrics_port}",
+            f"--http-address={self.bind}", f"--grpc-address={self.bind}", f"--metrics-address={self.bind}",
+            "--allow-gpu-metrics=false", "--pinned-memory-pool-byte-size=0",
+            *self.extra_args,
+        ]
+
+    def start(self) -> "TritonServer":
+        for port in (self.http_port, self.grpc_port, self.metrics_port):
+            if not port_free(self.bind, port):
+                raise ServerFailed(f"port {port} on {self.bind} is already in use (another tritonserver?)")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._shm_before = shm_entries()
+        log = open(self.log_path, "wb")
+        self.process = subprocess.Popen(
+            self.command(), stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True,
+            cwd=self.log_path.parent,  # not the source tree: the stub must import the installed backend
+        )
+        log.close()
+        return self
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def wait_ready(self, timeout: float = 300.0, models: list[str] | None = None, progress=None) -> None:
+        """Until every model (or the whole server) is ready; fail with the log's tail, never hang."""
+        start = time.monotonic()
+        urls = [f"{self.http_url}/v2/models/{m}/ready" for m in models] if models else [
+            f"{self.http_url}/v2/health/ready"]
+        while True:
+            if self.process is None or self.process.poll() is not None:
+                raise ServerFailed(f"tritonserver exited while loading:\n{self.tail()}")
+            if all(http_status(u) == 200 for u in urls):
+                return
+            elapsed = time.monotonic() - start
+            if elapsed > timeout:
+                raise ServerFailed(f"not ready after {timeout:.0f} s:\n{self.tail()}")
+            if progress is not None:
+                progress(elapsed)
+            time.sleep(0.5)
+
+    def tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
+
+    def stop(self, timeout: float = 45.0) -> None:
+        """SIGTERM (Triton unloads models, vLLM shuts down), then SIGKILL the whole group if needed."""
+        if self.process is None:
+            return
+        pgid = self.process.pid
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                pass
+        self._kill_group(pgid)
+        self.process.wait()
+        self._remove_leftover_shm()
+        self.process = None
+
+    @staticmethod
+    def _kill_group(pgid: int) -> None:
+        """Children (stubs, EngineCore, Worker) share the server's process group; none may survive."""
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                return
+            time.sleep(0.1)
+
+    def _remove_leftover_shm(self) -> None:
+        in_use = shm_in_use()
+        for name in shm_entries() - self._shm_before - in_use:
+            (Path("/dev/shm") / name).unlink(missing_ok=True)
+
+    def __enter__(self) -> "TritonServer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def serve(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description="make serve: Triton + the vllm backend, until Ctrl-C")
+    parser.add_argument("--model-repo", default=os.environ.get("MODEL_REPO") or ROOT / "samples" / "model_repository")
+    parser.add_argument("--http-port", type=int, default=int(os.environ.get("HTTP_PORT") or 8000))
+    parser.add_argument("--grpc-port", type=int, default=int(os.environ.get("GRPC_PORT") or 8001))
+    parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("METRICS_PORT") or 8002))
+    parser.add_argument("--bind", default=os.environ.get("BIND") or "127.0.0.1")
+    parser.add_argument("--timeout", type=float, default=600.0)
+    args = parser.parse_args(argv)
+    server = TritonServer(
+        Path(args.model_repo), http_port=args.http_port, grpc_port=args.grpc_port,
+        metrics_port=args.metrics_port, bind=args.bind,
+        extra_args=os.environ.get("TRITON_ARGS", "").split(), log_path=ROOT / ".build" / "serve.log",
+    )
+    stopping = False
+
+    def on_signal(signum: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+        raise KeyboardInterrupt
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # SIGINT may be ignored when backgrounded
+        signal.signal(signum, on_signal)
+    say = lambda msg: print(f"\033[1m[serve]\033[0m {msg}", flush=True)  # noqa: E731
+    say(f"starting tritonserver on {args.model_repo} (log: .build/serve.log)")
+    try:
+        server.start()
+        last = [0.0]
+
+        def progress(elapsed: float) -> None:
+            if elapsed - last[0] >= 5:
+                last[0] = elapsed
+                say(f"loading models… {elapsed:.0f} s (the first start imports vLLM in several processes)")
+
+        server.wait_ready(args.timeout, progress=progress)
+        h, m = server.http_url, server.metrics_url
+        say("ready. Try:")
+        print(f"""
+  curl -s -X POST {h}/v2/models/vllm_model/generate \\
+       -d '{{"text_input": "What is Triton?", "parameters": {{"stream": false, "max_tokens": 16}}}}'
+
+  curl -s -N -X POST {h}/v2/models/vllm_model/generate_stream \\
+       -d '{{"text_input": "What is Triton?", "parameters": {{"stream": true, "max_tokens": 16}}}}'
+
+  curl -s {m} | grep '^vllm'
+
+Ctrl-C stops the server (and every process it started).
+""", flush=True)
+        while server.process is not None and server.process.poll() is None:
+            time.sleep(0.5)
+        say(f"tritonserver exited with {server.process.returncode if server.process else '?'}:\n{server.tail()}")
+        return 1
+    except ServerFailed as exc:
+        say(str(exc))
+        return 1
+    except KeyboardInterrupt:
+        say("stopping…")
+        return 0
+    finally:
+        server.stop()
+        say("stopped")
+
+
+if __name__ == "__main__":
+    sys.exit(serve(sys.argv[1:]))

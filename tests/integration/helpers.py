@@ -1,0 +1,143 @@
+"""Model repositories, HTTP/gRPC clients and a metrics scraper for the integration tests."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY_MODEL = ROOT / "samples" / "model_repository" / "vllm_model" / "1" / "tiny-llama"
+TINY_LORA = TINY_MODEL.with_name("tiny-llama-lora")
+BASE_ENGINE = {"model": str(TINY_MODEL), "dtype": "float32", "enforce_eager": True, "max_model_len": 1024}
+# 1 GiB KV caches (an integer number of GiB) so that several engines fit beside each other.
+TEST_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}
+
+
+def write_model(repo: Path, name: str, engine: dict[str, Any] | str | None = None, *,
+                params: dict[str, str] | None = None, instances: int = 1, files: dict[str, str] | None = None,
+                extra_config: str = "") -> Path:
+    """A model directory laid out like the official sample: config.pbtxt + 1/model.json."""
+    model_dir = repo / name
+    (model_dir / "1").mkdir(parents=True)
+    lines = ['backend: "vllm"', f"instance_group [{{ count: {instances} kind: KIND_MODEL }}]"]
+    for key, value in (params or {}).items():
+        lines.append(f'parameters: {{ key: "{key}" value: {{ string_value: "{value}" }} }}')
+    (model_dir / "config.pbtxt").write_text("\n".join(lines) + "\n" + extra_config)
+    engine = BASE_ENGINE if engine is None else engine
+    (model_dir / "1" / "model.json").write_text(engine if isinstance(engine, str) else json.dumps(engine))
+    for filename, text in (files or {}).items():
+        (model_dir / "1" / filename).write_text(text)
+    return model_dir
+
+
+def generate(server: Any, model: str, body: dict[str, Any], timeout: float = 60) -> tuple[int, dict[str, Any]]:
+    response = requests.post(f"{server.http_url}/v2/models/{model}/generate", json=body, timeout=timeout)
+    return response.status_code, response.json()
+
+
+def generate_stream(server: Any, model: str, body: dict[str, Any], timeout: float = 60) -> list[dict[str, Any]]:
+    """The SSE events of /generate_stream, parsed."""
+    events = []
+    with requests.post(f"{server.http_url}/v2/models/{model}/generate_stream", json=body, stream=True,
+                       timeout=timeout) as response:
+        for line in response.iter_lines():
+            if line.startswith(b"data: "):
+                events.append(json.loads(line[6:]))
+    return events
+
+
+def texts(value: Any) -> list[str]:
+    return value if isinstance(value, list) else [value]
+
+
+# -- gRPC ---------------------------------------------------------------------------------------------
+def grpc_inputs(prompt: bytes | str, *, stream: bool = True, sampling: dict[str, Any] | None = None,
+                **flags: bool) -> list[Any]:
+    import tritonclient.grpc as grpcclient
+
+    def tensor(name: str, array: np.ndarray, dtype: str) -> Any:
+        t = grpcclient.InferInput(name, list(array.shape), dtype)
+        t.set_data_from_numpy(array)
+        return t
+
+    data = prompt.encode() if isinstance(prompt, str) else prompt
+    inputs = [tensor("text_input", np.array([data], dtype=object), "BYTES"),
+              tensor("stream", np.array([stream]), "BOOL")]
+    if sampling is not None:
+        inputs.append(tensor("sampling_parameters", np.array([json.dumps(sampling).encode()], dtype=object),
+                             "BYTES"))
+    for name, value in flags.items():
+        inputs.append(tensor(name, np.array([value]), "BOOL"))
+    return inputs
+
+
+async def grpc_stream(server: Any, model: str, inputs: list[Any], *, stop_after: int | None = None,
+                      on_response: Callable[[Any], None] | None = None,
+                      timeout: float = 60) -> list[tuple[Any, Any]]:
+    """Responses of one streaming request; with `stop_after`, the client cancels after that many."""
+    import tritonclient.grpc.aio as aioclient
+
+    client = aioclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+
+    async def requests_iter():
+        yield {"model_name": model, "inputs": inputs, "request_id": "r"}
+
+    results: list[tuple[Any, Any]] = []
+    stream = client.stream_infer(requests_iter(), stream_timeout=timeout)
+    try:
+        async for result, error in stream:
+            results.append((result, error))
+            if on_response is not None:
+                on_response(result)
+            if error is not None:
+                break
+            final = result.get_response().parameters.get("triton_final_response")
+            if final is not None and final.bool_param:
+                break
+            if stop_after is not None and len(results) >= stop_after:
+                stream.cancel()
+                break
+    finally:
+        await client.close()
+    return results
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+# -- metrics ------------------------------------------------------------------------------------------
+def scrape(server: Any) -> dict[str, Any]:
+    """Metric families by name, parsed with prometheus_client's parser."""
+    text = requests.get(server.metrics_url, timeout=10).text
+    return {family.name: family for family in text_string_to_metric_families(text)}
+
+
+def sample_value(families: dict[str, Any], family: str, sample: str | None = None, **labels: str) -> float:
+    """Sum of the samples of `family` (sample name `sample`, default the family's own) matching `labels`."""
+    fam = families.get(family)
+    if fam is None:
+        return 0.0
+    name = sample or fam.name
+    return sum(s.value for s in fam.samples
+               if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, interval: float = 0.2) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(interval)
+
+
+def server_env() -> dict[str, str]:
+    return {**os.environ, **TEST_ENV}

@@ -1,0 +1,145 @@
+"""The official backend's interface, end to end: HTTP generate/generate_stream, gRPC streaming, outputs."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from helpers import TINY_MODEL, generate, generate_stream, grpc_inputs, grpc_stream, run, texts
+
+PROMPT = "What is Triton?"
+GREEDY = {"temperature": 0, "max_tokens": 8, "ignore_eos": True}
+
+
+def test_generate_returns_the_prompt_and_new_text(server):
+    status, body = generate(server, "vllm_model", {"text_input": PROMPT,
+                                                   "parameters": {"stream": False, "max_tokens": 16}})
+    assert status == 200, body
+    assert body["text_output"].startswith(PROMPT)
+    assert len(body["text_output"]) > len(PROMPT)
+
+
+def test_exclude_input_in_output(server):
+    _, full = generate(server, "vllm_model", {"text_input": PROMPT, "parameters": GREEDY})
+    _, only_new = generate(server, "vllm_model", {"text_input": PROMPT, "exclude_input_in_output": True,
+                                                  "parameters": GREEDY})
+    assert full["text_output"] == PROMPT + only_new["text_output"]
+    assert only_new["text_output"]
+
+
+def test_generate_stream_sends_deltas_that_add_up(server):
+    _, whole = generate(server, "vllm_model", {"text_input": PROMPT, "exclude_input_in_output": True,
+                                               "parameters": GREEDY})
+    events = generate_stream(server, "vllm_model", {"text_input": PROMPT, "return_num_output_tokens": True,
+                                                    "parameters": {**GREEDY, "stream": True}})
+    assert all("error" not in e for e in events), events
+    assert len(events) >= 2
+    assert "".join(e["text_output"] for e in events) == whole["text_output"]
+    assert sum(e["num_output_tokens"] for e in events) == GREEDY["max_tokens"]
+
+
+def test_every_return_output_non_streaming(server):
+    from transformers import AutoTokenizer
+
+    n_prompt = len(AutoTokenizer.from_pretrained(TINY_MODEL)(PROMPT)["input_ids"])
+    status, body = generate(server, "vllm_model", {
+        "text_input": PROMPT, "return_finish_reason": True, "return_cumulative_logprob": True,
+        "return_logprobs": True, "return_num_input_tokens": True, "return_num_output_tokens": True,
+        "parameters": {**GREEDY, "logprobs": 1}})
+    assert status == 200, body
+    assert body["finish_reason"] == "length"
+    assert body["num_input_tokens"] == n_prompt
+    assert body["num_output_tokens"] == GREEDY["max_tokens"]
+    assert body["cumulative_logprob"] < 0
+    logprobs = json.loads(body["logprobs"])
+    assert len(logprobs) == GREEDY["max_tokens"]
+    assert all({"logprob", "rank", "decoded_token"} <= set(v) for step in logprobs for v in step.values())
+    # Greedy: the sampled token is the rank-1 token, so the cumulative logprob is the sum of those.
+    sampled = sum(next(v["logprob"] for v in step.values() if v["rank"] == 1) for step in logprobs)
+    assert math.isclose(sampled, body["cumulative_logprob"], rel_tol=1e-4)
+
+
+def test_cumulative_logprob_without_logprobs_is_a_number_and_logprobs_stay_null(server):
+    status, body = generate(server, "vllm_model", {"text_input": PROMPT, "return_cumulative_logprob": True,
+                                                   "return_logprobs": True, "parameters": GREEDY})
+    assert status == 200, body
+    assert body["cumulative_logprob"] < 0
+    assert json.loads(body["logprobs"]) is None
+
+
+def test_n_completions_give_one_element_each(server):
+    status, body = generate(server, "vllm_model", {"text_input": PROMPT, "return_num_output_tokens": True,
+                                                   "parameters": {"n": 3, "max_tokens": 4, "ignore_eos": True}})
+    assert status == 200, body
+    assert len(body["text_output"]) == 3
+    assert body["num_output_tokens"] == [4, 4, 4]
+
+
+def test_sampling_parameters_input_with_string_values_as_official_clients_send(server):
+    status, body = generate(server, "vllm_model", {
+        "text_input": PROMPT, "return_num_output_tokens": True,
+        "sampling_parameters": json.dumps({"max_tokens": "5", "temperature": "0.1", "ignore_eos": "true"})})
+    assert status == 200, body
+    assert body["num_output_tokens"] == 5
+
+
+def test_grpc_streaming_with_every_output(server):
+    responses = run(grpc_stream(server, "vllm_model", grpc_inputs(
+        PROMPT, sampling={**GREEDY, "logprobs": 1}, return_finish_reason=True, return_cumulative_logprob=True,
+        return_logprobs=True, return_num_input_tokens=True, return_num_output_tokens=True)))
+    assert all(error is None for _, error in responses), responses
+    results = [r for r, _ in responses]
+    assert len(results) >= 2
+    finish = [r.as_numpy("finish_reason")[0].decode() for r in results]
+    assert finish[-1] == "length" and set(finish[:-1]) <= {"None"}
+    assert sum(int(r.as_numpy("num_output_tokens")[0]) for r in results) == GREEDY["max_tokens"]
+    assert sum(len(json.loads(r.as_numpy("logprobs")[0])) for r in results) == GREEDY["max_tokens"]
+    cumulative = [float(r.as_numpy("cumulative_logprob")[0]) for r in results]
+    assert cumulative == sorted(cumulative, reverse=True) and cumulative[-1] < 0
+    assert {int(r.as_numpy("num_input_tokens")[0]) for r in results} == {
+        int(results[0].as_numpy("num_input_tokens")[0])}
+
+
+def test_lora_adapter_changes_the_output(server):
+    body = {"text_input": PROMPT, "exclude_input_in_output": True, "parameters": GREEDY}
+    _, base = generate(server, "vllm_lora", body)
+    status, adapted = generate(server, "vllm_lora", {**body, "parameters": {**GREEDY, "lora_name": "tiny-lora"}})
+    assert status == 200, adapted
+    assert adapted["text_output"] != base["text_output"]
+
+
+LONG_PROMPT = "word " * 1200
+
+
+@pytest.mark.parametrize("model, body, message", [
+    ("vllm_model", {"sampling_parameters": "{max_tokens: 3"}, "sampling_parameters: not valid JSON"),
+    ("vllm_model", {"parameters": {"max_tokenz": 3}}, "unknown sampling parameter(s) 'max_tokenz'"),
+    ("vllm_model", {"parameters": {"temperature": "hot"}}, "sampling parameter 'temperature': expected `float`"),
+    ("vllm_model", {"parameters": {"max_tokens": 0}}, "max_tokens must be at least 1, got 0"),
+    ("vllm_model", {"parameters": {"n": 0}}, "n must be at least 1, got 0"),
+    ("vllm_model", {"text_input": LONG_PROMPT}, "maximum context length is 1024 tokens"),
+    ("vllm_model", {"text_input": ""}, "text_input: is empty"),
+    ("vllm_model", {"parameters": {"lora_name": "tiny-lora"}}, "LoRA is not enabled for this model"),
+    ("vllm_lora", {"parameters": {"lora_name": "nope"}}, "unknown adapter 'nope'; available: tiny-lora"),
+    ("vllm_model", {"stream": True, "exclude_input_in_output": False},
+     "exclude_input_in_output: false is not allowed when streaming"),
+])
+def test_bad_input_gets_a_specific_400(server, model, body, message):
+    status, answer = generate(server, model, {"text_input": PROMPT, **body})
+    assert status == 400, answer
+    assert message in answer["error"]
+
+
+def test_non_utf8_prompt_is_rejected_over_grpc(server):
+    responses = run(grpc_stream(server, "vllm_model", grpc_inputs(b"\xff\xfe bad", sampling={"max_tokens": 2})))
+    (_, error), = responses
+    assert error is not None and "text_input: not valid UTF-8" in str(error)
+
+
+def test_bad_input_harms_nothing_else(server):
+    for _ in range(3):
+        generate(server, "vllm_model", {"text_input": PROMPT, "parameters": {"max_tokens": -1}})
+    status, body = generate(server, "vllm_model", {"text_input": PROMPT, "parameters": GREEDY})
+    assert status == 200 and body["text_output"].startswith(PROMPT)

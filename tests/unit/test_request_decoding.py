@@ -1,0 +1,103 @@
+"""Request decoding and validation: every bad input gets an error naming the field and what is allowed."""
+
+import json
+
+import numpy as np
+import pytest
+
+from backend.errors import InvalidRequest
+from backend.request_decoding import decode_request
+
+
+class FakeView:
+    def __init__(self, inputs=None, parameters="{}"):
+        self._inputs = inputs or {}
+        self._parameters = parameters
+
+    def input(self, name):
+        value = self._inputs.get(name)
+        return None if value is None else np.asarray(value, dtype=object if isinstance(value[0], (bytes, str)) else None)
+
+    def parameters(self):
+        return self._parameters
+
+
+def view(prompt=b"Hello", parameters=None, **inputs):
+    data = {"text_input": [prompt], **{k: [v] for k, v in inputs.items()}}
+    return FakeView(data, json.dumps(parameters or {}))
+
+
+def test_defaults_follow_the_official_backend():
+    request = decode_request(view())
+    assert request.prompt == "Hello"
+    assert request.stream is False
+    assert request.prepend_input is True  # non-streaming responses include the prompt by default
+    assert request.sampling.params.max_tokens == 16
+    assert request.outputs.finish_reason is False
+
+
+def test_streaming_never_prepends_the_prompt():
+    assert decode_request(view(stream=True)).prepend_input is False
+    assert decode_request(view(exclude_input_in_output=True)).prepend_input is False
+
+
+def test_streaming_with_exclude_false_is_rejected():
+    with pytest.raises(InvalidRequest, match="exclude_input_in_output: false is not allowed when streaming"):
+        decode_request(view(stream=True, exclude_input_in_output=False))
+
+
+def test_sampling_parameters_input_wins_over_request_parameters_and_accepts_strings():
+    request = decode_request(view(parameters={"max_tokens": 3},
+                                  sampling_parameters=json.dumps({"max_tokens": "7", "temperature": "0.5",
+                                                                  "ignore_eos": "true"}).encode()))
+    params = request.sampling.params
+    assert (params.max_tokens, params.temperature, params.ignore_eos) == (7, 0.5, True)
+
+
+def test_false_string_is_false():  # the official backend's bool("false") would be True
+    assert decode_request(view(parameters={"ignore_eos": "false"})).sampling.params.ignore_eos is False
+
+
+def test_lora_name_and_triton_reserved_keys_are_not_sampling_keys():
+    request = decode_request(view(parameters={"lora_name": "a", "priority": 0, "max_tokens": 2}))
+    assert request.sampling.lora_name == "a"
+
+
+def test_structured_outputs_as_json_string():
+    request = decode_request(view(parameters={"structured_outputs": json.dumps({"regex": "a+"})}))
+    assert request.sampling.params.structured_outputs.regex == "a+"
+
+
+def test_cumulative_logprob_alone_turns_logprobs_on_internally():
+    request = decode_request(view(return_cumulative_logprob=True))
+    assert request.sampling.params.logprobs == 0
+    assert request.client_logprobs is False
+    assert decode_request(view(parameters={"logprobs": 2})).client_logprobs is True
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: view(sampling_parameters=b"{max_tokens: 3"), "sampling_parameters: not valid JSON"),
+        (lambda: view(sampling_parameters=b"[1, 2]"), "sampling_parameters: must be a JSON object, got list"),
+        (lambda: view(parameters={"max_tokenz": 3}), "unknown sampling parameter(s) 'max_tokenz'; allowed: "),
+        (lambda: view(parameters={"temperature": "hot"}), "sampling parameter 'temperature': expected `float`"),
+        (lambda: view(parameters={"stop": 5}), "sampling parameter 'stop'"),
+        (lambda: view(parameters={"max_tokens": 0}), "max_tokens must be at least 1, got 0"),
+        (lambda: view(parameters={"max_tokens": -3}), "max_tokens must be at least 1"),
+        (lambda: view(parameters={"n": 0}), "n must be at least 1, got 0"),
+        (lambda: view(parameters={"lora_name": 5}), "'lora_name' must be a string"),
+        (lambda: view(prompt=b""), "text_input: is empty"),
+        (lambda: view(prompt=b"\xff\xfeabc"), "text_input: not valid UTF-8 (byte 0xff at offset 0)"),
+        (lambda: view(image=b"not base64!"), "image: each element must be a base64-encoded image"),
+    ],
+)
+def test_bad_input_is_named(make, message):
+    with pytest.raises(InvalidRequest) as info:
+        decode_request(make())
+    assert message in info.value.message
+
+
+def test_missing_text_input():
+    with pytest.raises(InvalidRequest, match="text_input: missing"):
+        decode_request(FakeView({}, "{}"))

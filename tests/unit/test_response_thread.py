@@ -1,0 +1,113 @@
+"""The response thread: finals, coalescing of stream chunks, cancellation polling, outcomes."""
+
+import threading
+import time
+
+from backend.errors import InvalidRequest
+from backend.request_decoding import OutputOptions
+from backend.response_encoding import ResponseChunk
+from backend.response_thread import InflightRequest, Outcome, ResponseThread
+
+
+class FakeIO:
+    final_flag = 1
+
+    def response(self, chunk, options):
+        return ("ok", list(chunk.texts))
+
+    def error_response(self, error):
+        return ("error", error.code.value, error.message)
+
+
+class FakeSender:
+    def __init__(self, cancelled=False):
+        self.sent = []
+        self.cancelled = cancelled
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def send(self, response, flags=0):
+        self.gate.wait(5)
+        self.sent.append((response, flags))
+
+    def is_cancelled(self):
+        return self.cancelled
+
+
+def chunk(text, finished=False):
+    return ResponseChunk([text], ["None"], [float("nan")], [None], [1], 3, finished)
+
+
+def make_thread(**kwargs):
+    finished, cancelled = [], []
+    thread = ResponseThread(FakeIO(), cancelled.append, lambda r, o: finished.append(o), print, **kwargs)
+    return thread, finished, cancelled
+
+
+def wait_for(predicate, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.01)
+
+
+def test_final_flag_only_on_last_and_outcome_recorded():
+    thread, finished, _ = make_thread()
+    sender = FakeSender()
+    request = InflightRequest("r1", sender, OutputOptions(), True)
+    thread.register(request)
+    thread.send_chunk(request, chunk("a"))
+    thread.send_chunk(request, chunk("b", finished=True))
+    wait_for(lambda: finished)
+    assert sender.sent[-1][1] == 1
+    assert "".join(t for (_, texts), _f in sender.sent for t in texts) == "ab"
+    assert finished == [Outcome.COMPLETED]
+    assert thread.inflight() == []
+    thread.stop()
+
+
+def test_pending_chunks_of_a_slow_client_are_merged():
+    thread, finished, _ = make_thread()
+    sender = FakeSender()
+    sender.gate.clear()  # the client is slow: the first send blocks
+    request = InflightRequest("r1", sender, OutputOptions(), True)
+    thread.register(request)
+    thread.send_chunk(request, chunk("a"))
+    time.sleep(0.1)
+    for piece in "bcd":
+        thread.send_chunk(request, chunk(piece))
+    thread.send_chunk(request, chunk("e", finished=True))
+    sender.gate.set()
+    wait_for(lambda: finished)
+    texts = [texts[0] for (_, texts), _f in sender.sent]
+    assert "".join(texts) == "abcde"
+    assert len(texts) < 5
+    thread.stop()
+
+
+def test_error_is_final_and_later_output_is_dropped():
+    thread, finished, _ = make_thread()
+    sender = FakeSender()
+    request = InflightRequest("r1", sender, OutputOptions(), False)
+    thread.register(request)
+    thread.send_error(request, InvalidRequest("bad"))
+    thread.send_chunk(request, chunk("late", finished=True))
+    wait_for(lambda: finished)
+    time.sleep(0.1)
+    assert sender.sent == [(("error", "INVALID_ARG", "bad"), 1)]
+    assert finished == [Outcome.REJECTED]
+    thread.stop()
+
+
+def test_client_cancellation_is_polled_and_the_final_says_cancelled():
+    thread, finished, cancelled = make_thread(cancel_poll_s=0.05)
+    sender = FakeSender(cancelled=True)
+    request = InflightRequest("r1", sender, OutputOptions(), True)
+    thread.register(request)
+    wait_for(lambda: cancelled)
+    assert cancelled == [request]
+    thread.send_chunk(request, chunk("", finished=True))  # the engine's final (aborted) output
+    wait_for(lambda: finished)
+    assert sender.sent[-1][0][:2] == ("error", "CANCELLED")
+    assert finished == [Outcome.CANCELLED]
+    thread.stop()
