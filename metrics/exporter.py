@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any, Callable
 
 from metrics.backend_families import BackendFamilies, BackendInfo
@@ -27,6 +29,20 @@ def triton_labels(args: dict[str, str]) -> dict[str, str]:
             "model_instance": args.get("model_instance_name", args["model_name"])}
 
 
+def _server_flag_allows_metrics(server_pid: int) -> bool:
+    try:
+        argv = Path(f"/proc/{server_pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return True
+    allowed = True
+    for i, arg in enumerate(argv):
+        if arg.startswith("--allow-metrics="):
+            allowed = arg.split("=", 1)[1].lower() not in ("false", "0", "no", "off")
+        elif arg == "--allow-metrics" and i + 1 < len(argv):
+            allowed = argv[i + 1].lower() not in ("false", "0", "no", "off")
+    return allowed
+
+
 class MetricsExporter:
     def __init__(self, pb_utils: Any, args: dict[str, str], log_error: Callable[[str], None]) -> None:
         self.store = MetricStore()
@@ -38,7 +54,14 @@ class MetricsExporter:
 
     @staticmethod
     def server_allows_metrics(pb_utils: Any) -> bool:
-        """False when tritonserver runs with --allow-metrics=false (creating a family then fails)."""
+        """False when tritonserver runs with --allow-metrics=false.
+
+        Triton 2.51 still lets a stub create metric families then (they are just never exposed), so the
+        server's own command line (the stub's parent process) is read; a Triton build without metrics
+        support refuses the family instead.
+        """
+        if not _server_flag_allows_metrics(os.getppid()):
+            return False
         try:
             pb_utils.MetricFamily(name="vllm_triton_info", description="Backend build and switches; always 1.",
                                   kind=pb_utils.MetricFamily.GAUGE)
@@ -55,6 +78,7 @@ class MetricsExporter:
         self.families = BackendFamilies(self.store, self.labels, info, inflight_count)
         self._publisher = TritonPublisher(self.store, self._pb, self._log_error, PUBLISH_INTERVAL_S,
                                           before_flush=self.families.refresh)
+        self._publisher.flush()  # every family is on /metrics by the time the model is READY
         self._publisher.start()
 
     def request_finished(self, outcome: str) -> None:

@@ -231,6 +231,7 @@ def serve(argv: list[str]) -> int:
     say(f"starting tritonserver on {args.model_repo} (log: .build/serve.log)")
     try:
         server.start()
+        say(f"tritonserver pid {server.process.pid}; waiting for the models to be ready")
         last = [0.0]
 
         def progress(elapsed: float) -> None:

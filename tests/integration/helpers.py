@@ -121,14 +121,15 @@ def scrape(server: Any) -> dict[str, Any]:
     return {family.name: family for family in text_string_to_metric_families(text)}
 
 
-def sample_value(families: dict[str, Any], family: str, sample: str | None = None, **labels: str) -> float:
-    """Sum of the samples of `family` (sample name `sample`, default the family's own) matching `labels`."""
-    fam = families.get(family)
-    if fam is None:
-        return 0.0
-    name = sample or fam.name
-    return sum(s.value for s in fam.samples
-               if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
+def value(families: dict[str, Any], sample: str, **labels: str) -> float:
+    """Sum of the samples named `sample` (e.g. `vllm:prompt_tokens_total`) whose labels include `labels`."""
+    return sum(s.value for family in families.values() for s in family.samples
+               if s.name == sample and all(s.labels.get(k) == v for k, v in labels.items()))
+
+
+def series(families: dict[str, Any], sample: str, **labels: str) -> list[Any]:
+    return [s for family in families.values() for s in family.samples
+            if s.name == sample and all(s.labels.get(k) == v for k, v in labels.items())]
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, interval: float = 0.2) -> None:

@@ -143,3 +143,26 @@ def test_bad_input_harms_nothing_else(server):
         generate(server, "vllm_model", {"text_input": PROMPT, "parameters": {"max_tokens": -1}})
     status, body = generate(server, "vllm_model", {"text_input": PROMPT, "parameters": GREEDY})
     assert status == 200 and body["text_output"].startswith(PROMPT)
+
+
+def test_client_cancellation_aborts_the_engine_request(server):
+    from helpers import scrape, value, wait_until
+
+    labels = {"model": "vllm_model"}
+    before = scrape(server)
+    responses = run(grpc_stream(server, "vllm_model", grpc_inputs(
+        PROMPT, sampling={"max_tokens": 1000, "ignore_eos": True}), stop_after=3))
+    assert len(responses) == 3 and all(error is None for _, error in responses)
+
+    def engine_idle() -> bool:
+        now = scrape(server)
+        return (value(now, "vllm_triton_requests_finished_total", outcome="cancelled", **labels)
+                == value(before, "vllm_triton_requests_finished_total", outcome="cancelled", **labels) + 1
+                and value(now, "vllm_triton_requests_in_flight", **labels) == 0
+                and value(now, "vllm:num_requests_running", **labels) == 0
+                and value(now, "vllm:num_requests_waiting", **labels) == 0)
+
+    wait_until(engine_idle, timeout=15)
+    generated = (value(scrape(server), "vllm:generation_tokens_total", **labels)
+                 - value(before, "vllm:generation_tokens_total", **labels))
+    assert generated < 1000  # the engine stopped generating for the cancelled request

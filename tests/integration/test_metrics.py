@@ -1,0 +1,193 @@
+"""vLLM's metrics on Triton's :8002/metrics: the same families as vLLM's own logger, exact values, labels."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import re
+import time
+
+import pytest
+import requests
+
+from conftest import LORA_ENGINE
+from helpers import (BASE_ENGINE, TINY_MODEL, generate, generate_stream, scrape, series, value, wait_until)
+
+PROMPTS = ["What is Triton?", "Tell me about the metrics endpoint", "A", "one two three four five"]
+
+
+def exposed_families(server, model: str) -> set[str]:
+    """`# TYPE` names of the families that have a series for `model`."""
+    text = requests.get(server.metrics_url, timeout=10).text
+    names = set()
+    for family in re.findall(r"^# TYPE (\S+) ", text, flags=re.M):
+        base = re.escape(family)
+        if re.search(rf'^{base}(_bucket|_sum|_count)?{{[^}}]*model="{model}"', text, flags=re.M):
+            names.add(family)
+    return names
+
+
+def vllms_own_families(engine: dict) -> set[str]:
+    """What vLLM's own PrometheusStatLogger registers for this configuration, by exposed name."""
+    from prometheus_client import REGISTRY
+    from vllm.v1.metrics.loggers import PrometheusStatLogger
+
+    from metrics.catalogue import vllm_config
+
+    logger = PrometheusStatLogger(vllm_config(engine), [0])
+    logger.log_engine_initialized()
+    names = set()
+    for metric in REGISTRY.collect():
+        if metric.name.startswith("vllm:"):
+            names.add(metric.name + "_total" if metric.type == "counter" else metric.name)
+    return names
+
+
+@pytest.mark.parametrize("model, engine", [("vllm_model", BASE_ENGINE), ("vllm_lora", LORA_ENGINE)])
+def test_every_family_vllm_defines_is_exported(server, model, engine):
+    generate(server, model, {"text_input": "Hi", "parameters": {"max_tokens": 2}})
+    own = vllms_own_families(engine)
+
+    def live() -> set[str]:
+        return {n for n in exposed_families(server, model) if n.startswith("vllm:")}
+
+    wait_until(lambda: own <= live(), timeout=10)  # lora_requests_info appears with the first engine step
+    assert live() == own
+    assert len(own) >= 39
+
+
+def test_the_catalogue_matches_the_live_families(server):
+    from metrics.catalogue import backend_families, vllm_families
+
+    expected = {f.name for f in vllm_families(BASE_ENGINE)} | {f.name for f in backend_families()}
+    ours = lambda: {n for n in exposed_families(server, "vllm_model") if n.startswith("vllm")}  # noqa: E731
+    wait_until(lambda: expected <= ours(), timeout=10)
+    assert ours() == expected
+
+
+def test_labels_and_buckets(server):
+    from metrics.catalogue import vllm_families
+
+    families = scrape(server)
+    (sample, *_) = series(families, "vllm:num_requests_running", model="vllm_model")
+    assert sample.labels == {"model": "vllm_model", "version": "1", "model_instance": "vllm_model_0_0",
+                             "model_name": str(TINY_MODEL), "engine": "0"}
+    assert not any({"job", "instance"} & set(s.labels) for f in families.values() for s in f.samples)
+    ttft = next(f for f in vllm_families(BASE_ENGINE) if f.name == "vllm:time_to_first_token_seconds")
+    les = {float(s.labels["le"]) for s in series(families, "vllm:time_to_first_token_seconds_bucket",
+                                                   model="vllm_model")}
+    assert les == {*ttft.buckets, float("inf")}
+
+
+def _wait_published(server, sample: str, target: float, **labels: str) -> dict:
+    wait_until(lambda: value(scrape(server), sample, **labels) >= target, timeout=10)
+    time.sleep(1.0)  # one more publish period: nothing else may arrive
+    return scrape(server)
+
+
+def test_exact_deltas_after_a_scripted_workload(server):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(TINY_MODEL)
+    labels = {"model": "vllm_model"}
+    before = scrape(server)
+    max_tokens = 7
+    for prompt in PROMPTS:
+        status, _ = generate(server, "vllm_model",
+                             {"text_input": prompt, "parameters": {"max_tokens": max_tokens, "ignore_eos": True}})
+        assert status == 200
+    # A "stop" finish: ask greedily once, then stop on a piece of that very output.
+    greedy = {"temperature": 0, "max_tokens": 8, "ignore_eos": True}
+    _, first = generate(server, "vllm_model", {"text_input": "stop here", "exclude_input_in_output": True,
+                                               "parameters": greedy})
+    stop = first["text_output"][2:4]
+    _, stopped = generate(server, "vllm_model", {"text_input": "stop here", "return_finish_reason": True,
+                                                 "return_num_output_tokens": True,
+                                                 "parameters": {**greedy, "stop": stop}})
+    assert stopped.get("finish_reason") == "stop", (stop, stopped)
+    generate(server, "vllm_model", {"text_input": "x", "parameters": {"max_tokens": 0}})  # rejected
+
+    n = len(PROMPTS) + 2
+    after = _wait_published(server, "vllm:e2e_request_latency_seconds_count",
+                            value(before, "vllm:e2e_request_latency_seconds_count", **labels) + n, **labels)
+
+    def delta(sample: str, **extra: str) -> float:
+        return value(after, sample, **labels, **extra) - value(before, sample, **labels, **extra)
+
+    prompt_tokens = sum(len(tokenizer(p)["input_ids"]) for p in [*PROMPTS, "stop here", "stop here"])
+    assert delta("vllm:prompt_tokens_total") == prompt_tokens
+    assert delta("vllm:request_prompt_tokens_sum") == prompt_tokens
+    generated = len(PROMPTS) * max_tokens + 8 + stopped["num_output_tokens"]
+    assert delta("vllm:generation_tokens_total") == generated
+    assert delta("vllm:request_generation_tokens_sum") == generated
+    assert delta("vllm:request_success_total", finished_reason="length") == len(PROMPTS) + 1
+    assert delta("vllm:request_success_total", finished_reason="stop") == 1
+    for histogram in ("vllm:e2e_request_latency_seconds", "vllm:request_prompt_tokens",
+                      "vllm:request_generation_tokens", "vllm:request_queue_time_seconds"):
+        assert delta(f"{histogram}_count") == n, histogram
+    assert delta("vllm:time_to_first_token_seconds_count") == n
+    assert delta("vllm_triton_requests_finished_total", outcome="completed") == n
+    assert delta("vllm_triton_requests_finished_total", outcome="rejected") == 1
+
+
+def test_gauges_rise_under_load_and_return_to_zero(server):
+    labels = {"model": "vllm_model"}
+    body = {"text_input": "load", "parameters": {"stream": True, "max_tokens": 300, "ignore_eos": True}}
+    peaks = {"vllm:num_requests_running": 0.0, "vllm_triton_requests_in_flight": 0.0,
+             "vllm:kv_cache_usage_perc": 0.0}
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        futures = [pool.submit(generate_stream, server, "vllm_model", body, 120) for _ in range(8)]
+        while not all(f.done() for f in futures):
+            families = scrape(server)
+            for name in peaks:
+                peaks[name] = max(peaks[name], value(families, name, **labels))
+            time.sleep(0.2)
+        assert all(len(f.result()) > 1 for f in futures)
+    assert peaks["vllm:num_requests_running"] >= 2
+    assert peaks["vllm_triton_requests_in_flight"] >= 2
+    assert peaks["vllm:kv_cache_usage_perc"] > 0
+    wait_until(lambda: all(value(scrape(server), name, **labels) == 0 for name in peaks), timeout=10)
+
+
+def test_two_instances_have_distinct_series_that_add_up(server):
+    before = scrape(server)
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda _: generate(server, "vllm_lora", {"text_input": "Hi", "parameters": {"max_tokens": 3}}),
+                      range(8)))
+    wait_until(lambda: value(scrape(server), "vllm:request_success_total", model="vllm_lora")
+               == value(before, "vllm:request_success_total", model="vllm_lora") + 8, timeout=10)
+    instances = {s.labels["model_instance"] for s in series(scrape(server), "vllm:num_requests_running",
+                                                            model="vllm_lora")}
+    assert instances == {"vllm_lora_0_0", "vllm_lora_0_1"}
+
+
+def test_two_models_never_mix(server):
+    before = scrape(server)
+    generate(server, "vllm_model", {"text_input": "only the sample model", "parameters": {"max_tokens": 3}})
+    time.sleep(1.5)
+    after = scrape(server)
+    for model in ("vllm_lora",):
+        assert value(after, "vllm:prompt_tokens_total", model=model) == value(
+            before, "vllm:prompt_tokens_total", model=model)
+    assert value(after, "vllm:prompt_tokens_total", model="vllm_model") > value(
+        before, "vllm:prompt_tokens_total", model="vllm_model")
+
+
+def test_no_vllm_family_when_report_custom_metrics_is_off(server):
+    status, _ = generate(server, "vllm_nometrics", {"text_input": "Hi", "parameters": {"max_tokens": 2}})
+    assert status == 200
+    time.sleep(1.0)
+    assert {n for n in exposed_families(server, "vllm_nometrics") if n.startswith("vllm")} == set()
+    assert 'metrics: off for vllm_nometrics (REPORT_CUSTOM_METRICS is not \\"true\\" in config.pbtxt)' in (
+        server.log_text())
+
+
+def test_backend_info_and_exporter_health(server):
+    import vllm
+
+    families = scrape(server)
+    (info,) = series(families, "vllm_triton_info", model="vllm_model")
+    assert info.value == 1
+    assert info.labels["vllm_version"] == vllm.__version__
+    assert info.labels["metrics_enabled"] == "true"
+    assert value(families, "vllm_triton_metrics_dropped_updates_total", model="vllm_model") == 0
+    assert series(families, "vllm_triton_metrics_pending_updates", model="vllm_model")

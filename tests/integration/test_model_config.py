@@ -1,0 +1,64 @@
+"""Model configuration errors fail the load with a message naming the cause; nothing hangs.
+
+One server holds every broken model (Triton keeps serving the good one with --exit-on-error=false) and runs
+with --allow-metrics=false, which must not stop a model with REPORT_CUSTOM_METRICS "true" from loading.
+"""
+
+from __future__ import annotations
+
+import pytest
+import requests
+
+from helpers import BASE_ENGINE, generate, server_env, write_model
+from triton_launcher import TritonServer
+
+BROKEN = {
+    "unknown_key": ({**BASE_ENGINE, "max_model_lenght": 512},
+                    "unknown engine argument 'max_model_lenght'"),
+    "wrong_type": ({**BASE_ENGINE, "max_model_len": "long"}, "engine argument 'max_model_len' has the wrong type"),
+    "not_json": ("{\"model\": ", "model.json: not valid JSON"),
+    "engine_fails": ({**BASE_ENGINE, "max_model_len": 999999}, "the vLLM engine failed to start"),
+    "missing_weights": ({**BASE_ENGINE, "model": "/nonexistent/model"}, "invalid engine arguments: Repo id must be"),
+    "lora_without_file": ({**BASE_ENGINE, "enable_lora": True}, "multi_lora.json does not exist"),
+}
+
+
+@pytest.fixture(scope="module")
+def config_server(tmp_path_factory):
+    repo = tmp_path_factory.mktemp("broken_repository")
+    write_model(repo, "good", params={"REPORT_CUSTOM_METRICS": "true"})
+    for name, (engine, _) in BROKEN.items():
+        write_model(repo, name, engine)
+    write_model(repo, "bad_switch", params={"REPORT_CUSTOM_METRICS": "ture"})
+    with TritonServer(repo, env=server_env(),
+                      extra_args=["--exit-on-error=false", "--allow-metrics=false"]) as triton:
+        triton.wait_ready(timeout=600, models=["good"])
+        yield triton
+
+
+def index(server) -> dict[str, dict]:
+    answer = requests.post(f"{server.http_url}/v2/repository/index", json={}, timeout=10).json()
+    return {entry["name"]: entry for entry in answer}
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_broken_model_fails_to_load_with_its_cause(config_server, name):
+    entry = index(config_server)[name]
+    assert entry["state"] == "UNAVAILABLE"
+    assert BROKEN[name][1] in entry["reason"], entry["reason"]
+
+
+def test_the_engine_failure_carries_vllms_reason(config_server):
+    assert "max_model_len" in index(config_server)["engine_fails"]["reason"]
+
+
+def test_a_typo_in_a_switch_fails_the_load(config_server):
+    assert "REPORT_CUSTOM_METRICS: 'ture' is not a boolean" in index(config_server)["bad_switch"]["reason"]
+
+
+def test_metrics_disabled_on_the_server_still_loads_and_says_so(config_server):
+    status, body = generate(config_server, "good", {"text_input": "Hi", "parameters": {"max_tokens": 2}})
+    assert status == 200, body
+    assert "metrics: off for good (tritonserver runs with --allow-metrics=false)" in config_server.log_text()
+    with pytest.raises(requests.ConnectionError):
+        requests.get(config_server.metrics_url, timeout=5)

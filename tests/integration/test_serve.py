@@ -1,0 +1,82 @@
+"""`make serve`'s launcher on the sample repository: ready, answers the README's curl, stops without leftovers."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import ROOT, generate, generate_stream, server_env
+from triton_launcher import SHM_GLOBS, free_port
+
+
+def shm_names() -> set[str]:
+    return {p.name for pattern in SHM_GLOBS for p in Path("/dev/shm").glob(pattern)}
+
+
+class Endpoint:
+    def __init__(self, http_port: int) -> None:
+        self.http_url = f"http://127.0.0.1:{http_port}"
+
+
+@pytest.fixture(scope="module")
+def served():
+    ports = [free_port() for _ in range(3)]
+    shm_before = shm_names()
+    process = subprocess.Popen(
+        [sys.executable, str(ROOT / "scripts" / "triton_launcher.py"), "--http-port", str(ports[0]),
+         "--grpc-port", str(ports[1]), "--metrics-port", str(ports[2])],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=server_env(), start_new_session=True)
+    output: list[str] = []
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        output.append(line)
+        if "ready. Try:" in line or not line:
+            break
+    assert "ready. Try:" in output[-1], "".join(output)
+    pid = int(re.search(r"tritonserver pid (\d+)", "".join(output)).group(1))
+    yield Endpoint(ports[0]), process, pid, output, shm_before
+    if process.poll() is None:  # a failed test must not leave the server running
+        process.send_signal(signal.SIGINT)
+        process.wait(120)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def test_the_readme_curl_returns_generated_text(served):
+    endpoint, *_ = served
+    status, body = generate(endpoint, "vllm_model", {"text_input": "What is Triton?",
+                                                     "parameters": {"stream": False, "max_tokens": 16}})
+    assert status == 200 and len(body["text_output"]) > len("What is Triton?")
+    events = generate_stream(endpoint, "vllm_model", {"text_input": "What is Triton?",
+                                                      "parameters": {"stream": True, "max_tokens": 16}})
+    assert len(events) > 1 and all("text_output" in e for e in events)
+
+
+def test_ctrl_c_leaves_no_process_and_no_shared_memory(served):
+    _, process, pid, output, shm_before = served
+    process.send_signal(signal.SIGINT)
+    rest, _ = process.communicate(timeout=120)
+    assert "curl -s -X POST" in rest and "/generate_stream" in rest  # the examples were printed
+    assert "stopped" in rest
+    with pytest.raises(ProcessLookupError):  # the server's whole process group is gone
+        os.killpg(pid, 0)
+    leftovers = [p for p in os.listdir("/proc") if p.isdigit() and _in_group(int(p), pid)]
+    assert leftovers == []
+    assert shm_names() - shm_before == set()
+
+
+def _in_group(proc: int, pgid: int) -> bool:
+    try:
+        return os.getpgid(proc) == pgid
+    except ProcessLookupError:
+        return False
