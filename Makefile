@@ -1,6 +1,6 @@
 # Every target runs scripts/setup.sh first: it is idempotent and takes seconds once the venv exists.
 SHELL := /bin/bash
-.PHONY: setup serve test test-unit lint dashboards alerts bench clean
+.PHONY: setup serve test test-unit lint install-backend clean
 
 setup:
 	@bash scripts/setup.sh
@@ -19,3 +19,7 @@ lint: setup
 
 clean:
 	rm -rf .build .bench
+
+install-backend: setup
+	@test -n "$(DEST)" || { echo "usage: make install-backend DEST=/opt/tritonserver/backends/vllm"; exit 2; }
+	@source scripts/env.sh && python scripts/assemble_backends.py --vllm-only "$(DEST)"

@@ -70,8 +70,19 @@ class EngineRunner:
         self.engine = None
         self._stop_loop()
 
+    def restart(self, start_timeout: float = 600.0) -> None:
+        """Shut the current engine (and its processes) down and start a new one on the same loop."""
+        old, self.engine = self.engine, None
+        if old is not None:
+            self.call(self._shutdown(old), timeout=60)
+        self.engine = self.call(self._create(), timeout=start_timeout)
+
     async def _shutdown_engine(self) -> None:
-        self.engine.shutdown()
+        await self._shutdown(self.engine)
+
+    @staticmethod
+    async def _shutdown(engine: Any) -> None:
+        engine.shutdown()
 
     def _stop_loop(self) -> None:
         if self._thread.is_alive():

@@ -71,7 +71,10 @@ class GenerationService:
             prefix = request.prompt if isinstance(request.prompt, str) else request.prompt["prompt"]
         last = None
         try:
-            outputs = self._runner.engine.generate(
+            engine = self._runner.engine
+            if engine is None:
+                raise EngineUnavailable("the engine is restarting")
+            outputs = engine.generate(
                 request.prompt, params, inflight.request_id,
                 lora_request=self._lora.request_for(request.sampling.lora_name),
             )

@@ -15,7 +15,12 @@ from backend.engine_runner import EngineRunner
 from backend.errors import ConfigError
 from backend.generation import GenerationService
 from backend.lora import LoraRegistry
+from backend.server_flags import explicit_model_control, server_argv
 from backend.settings import BackendSettings
+from health.families import HealthFamilies
+from health.heartbeat import Heartbeat
+from health.monitor import HealthMonitor
+from health.settings import HealthSettings, Recovery
 from backend.response_thread import InflightRequest, Outcome
 from backend.triton_io import PbTritonIO, TritonLogger, TritonRequestView
 from metrics.backend_families import BackendInfo
@@ -32,18 +37,29 @@ class ModelInstance:
                 "to config.pbtxt (or let Triton auto-complete the config)"
             )
         self.settings = BackendSettings.from_model_config(model_config)
+        self.health_settings = HealthSettings.from_model_config(model_config)
+        explicit = explicit_model_control(server_argv())
+        if self.health_settings.enabled and self.health_settings.recovery is Recovery.UNLOAD and not explicit:
+            raise ConfigError(
+                "HEALTH_RECOVERY=unload needs tritonserver --model-control-mode=explicit (unloading a model in "
+                "any other mode can crash Triton); use restart or fail, or start the server in explicit mode"
+            )
         engine_config = validate_engine_config(resolve_local_paths(load_model_json(model_dir), model_dir))
         check_device(engine_config, args, self.log)
         self.lora = LoraRegistry.load(model_dir, engine_config)
         self.metrics = self._metrics_exporter(args, engine_config)
-        self.runner = EngineRunner(
-            build_engine_args(engine_config), self.metrics.stat_loggers() if self.metrics else None
-        )
+        self.heartbeat = Heartbeat()
+        stat_loggers = [*(self.metrics.stat_loggers() if self.metrics else []),
+                        *([self.heartbeat.logger_class()] if self.health_settings.enabled else [])]
+        self.runner = EngineRunner(build_engine_args(engine_config), stat_loggers)
         self.log.info(f"starting the vLLM engine for model {engine_config.get('model')!r}")
         self.runner.start()
         self.service = GenerationService(self.runner, PbTritonIO(), self.lora, self.log, self._finished)
+        self.monitor = self._health_monitor(args["model_name"], explicit) if self.health_settings.enabled else None
         if self.metrics is not None:
             self.metrics.start(self._info(), lambda: len(self.service.responses.inflight()))
+        if self.monitor is not None:
+            self.monitor.start()
         self.log.info(f"model {args['model_name']} (instance {args.get('model_instance_name', '?')}) is ready")
 
     def _metrics_exporter(self, args: dict[str, str], engine_config: dict[str, Any]) -> MetricsExporter | None:
@@ -60,13 +76,21 @@ class ModelInstance:
                       "and vllm_triton_* on Triton's metrics endpoint")
         return MetricsExporter(pb_utils, args, self.log.error)
 
+    def _health_monitor(self, model_name: str, explicit: bool) -> HealthMonitor:
+        import triton_python_backend_utils as pb_utils
+
+        families = HealthFamilies(self.metrics.store, self.metrics.labels) if self.metrics else None
+        unload = (lambda: pb_utils.unload_model(model_name)) if explicit else None
+        return HealthMonitor(self.health_settings, model_name, self.runner, self.service, self.heartbeat,
+                             self.log, families, unload)
+
     def _info(self) -> BackendInfo:
         import vllm
 
         from backend import __version__
 
         return BackendInfo(vllm.__version__, __version__, self.metrics is not None,
-                           self.settings.enable_health_check)
+                           self.health_settings.enabled)
 
     def _finished(self, _request: InflightRequest, outcome: Outcome) -> None:
         if self.metrics is not None:
@@ -77,6 +101,8 @@ class ModelInstance:
             self.service.submit(request, TritonRequestView(request))
 
     def close(self) -> None:
+        if self.monitor is not None:
+            self.monitor.stop()
         self.service.close()
         if self.metrics is not None:
             self.metrics.stop()

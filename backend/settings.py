@@ -36,7 +36,6 @@ class BackendSettings:
     """Everything config.pbtxt can switch. Health-monitor settings live in `health.settings`."""
 
     report_custom_metrics: bool = False
-    enable_health_check: bool = False
 
     @classmethod
     def from_model_config(cls, model_config: dict[str, Any]) -> "BackendSettings":
@@ -44,8 +43,5 @@ class BackendSettings:
         return cls(
             report_custom_metrics=parse_bool(
                 "REPORT_CUSTOM_METRICS", params.get("REPORT_CUSTOM_METRICS", "false")
-            ),
-            enable_health_check=parse_bool(
-                "ENABLE_VLLM_HEALTH_CHECK", params.get("ENABLE_VLLM_HEALTH_CHECK", "false")
             ),
         )

@@ -54,6 +54,14 @@ def backend_families(labels: dict[str, str] = EXAMPLE_LABELS) -> list[FamilySpec
     return list(store.families.values())
 
 
+def health_families(labels: dict[str, str] = EXAMPLE_LABELS) -> list[FamilySpec]:
+    from health.families import HealthFamilies
+
+    store = MetricStore()
+    HealthFamilies(store, labels)
+    return list(store.families.values())
+
+
 @dataclass(frozen=True)
 class Entry:
     spec: FamilySpec
@@ -68,6 +76,8 @@ def catalogue() -> list[Entry]:
             seen.setdefault(spec.name, Entry(spec, variant))
     for spec in backend_families():
         seen.setdefault(spec.name, Entry(spec, "always (backend)"))
+    for spec in health_families():
+        seen.setdefault(spec.name, Entry(spec, "ENABLE_VLLM_HEALTH_CHECK"))
     return sorted(seen.values(), key=lambda e: (not e.spec.name.startswith("vllm:"), e.spec.name))
 
 

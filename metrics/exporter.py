@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any, Callable
 
+from backend.server_flags import metrics_allowed, server_argv
 from metrics.backend_families import BackendFamilies, BackendInfo
 from metrics.local import MetricStore
 from metrics.publisher import TritonPublisher
@@ -29,20 +28,6 @@ def triton_labels(args: dict[str, str]) -> dict[str, str]:
             "model_instance": args.get("model_instance_name", args["model_name"])}
 
 
-def _server_flag_allows_metrics(server_pid: int) -> bool:
-    try:
-        argv = Path(f"/proc/{server_pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-    except OSError:
-        return True
-    allowed = True
-    for i, arg in enumerate(argv):
-        if arg.startswith("--allow-metrics="):
-            allowed = arg.split("=", 1)[1].lower() not in ("false", "0", "no", "off")
-        elif arg == "--allow-metrics" and i + 1 < len(argv):
-            allowed = argv[i + 1].lower() not in ("false", "0", "no", "off")
-    return allowed
-
-
 class MetricsExporter:
     def __init__(self, pb_utils: Any, args: dict[str, str], log_error: Callable[[str], None]) -> None:
         self.store = MetricStore()
@@ -60,7 +45,7 @@ class MetricsExporter:
         server's own command line (the stub's parent process) is read; a Triton build without metrics
         support refuses the family instead.
         """
-        if not _server_flag_allows_metrics(os.getppid()):
+        if not metrics_allowed(server_argv()):
             return False
         try:
             pb_utils.MetricFamily(name="vllm_triton_info", description="Backend build and switches; always 1.",

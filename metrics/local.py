@@ -59,6 +59,7 @@ class MetricStore:
         self.lock = threading.Lock()
         self.families: dict[str, FamilySpec] = {}
         self.series: list[Series] = []
+        self._series_index: dict[tuple[str, frozenset[tuple[str, str]]], Series] = {}
         self.max_pending_observations = max_pending_observations
         self.pending_observations = 0
         self.dropped_updates = 0
@@ -69,10 +70,14 @@ class MetricStore:
             self.families.setdefault(spec.name, spec)
 
     def add_series(self, family: FamilySpec, labels: dict[str, str]) -> Series:
-        series = Series(family, labels)
+        """The series for these labels; an engine restarted in place continues the same series."""
+        key = (family.name, frozenset(labels.items()))
         with self.lock:
-            self.series.append(series)
-        return series
+            series = self._series_index.get(key)
+            if series is None:
+                series = self._series_index[key] = Series(family, labels)
+                self.series.append(series)
+            return series
 
     def inc(self, series: Series, value: float) -> None:
         with self.lock:

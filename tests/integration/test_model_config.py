@@ -30,6 +30,7 @@ def config_server(tmp_path_factory):
     for name, (engine, _) in BROKEN.items():
         write_model(repo, name, engine)
     write_model(repo, "bad_switch", params={"REPORT_CUSTOM_METRICS": "ture"})
+    write_model(repo, "unload_not_explicit", params={"ENABLE_VLLM_HEALTH_CHECK": "true", "HEALTH_RECOVERY": "unload"})
     with TritonServer(repo, env=server_env(),
                       extra_args=["--exit-on-error=false", "--allow-metrics=false"]) as triton:
         triton.wait_ready(timeout=600, models=["good"])
@@ -54,6 +55,11 @@ def test_the_engine_failure_carries_vllms_reason(config_server):
 
 def test_a_typo_in_a_switch_fails_the_load(config_server):
     assert "REPORT_CUSTOM_METRICS: 'ture' is not a boolean" in index(config_server)["bad_switch"]["reason"]
+
+
+def test_unload_recovery_is_refused_outside_explicit_mode(config_server):
+    reason = index(config_server)["unload_not_explicit"]["reason"]
+    assert "HEALTH_RECOVERY=unload needs tritonserver --model-control-mode=explicit" in reason
 
 
 def test_metrics_disabled_on_the_server_still_loads_and_says_so(config_server):

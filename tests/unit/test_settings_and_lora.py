@@ -15,9 +15,8 @@ def config(**params):
 
 
 def test_switches_are_off_by_default_and_accept_true():
-    assert BackendSettings.from_model_config({}) == BackendSettings(False, False)
-    settings = BackendSettings.from_model_config(config(REPORT_CUSTOM_METRICS="True", ENABLE_VLLM_HEALTH_CHECK="1"))
-    assert settings == BackendSettings(True, True)
+    assert BackendSettings.from_model_config({}) == BackendSettings(False)
+    assert BackendSettings.from_model_config(config(REPORT_CUSTOM_METRICS="True")) == BackendSettings(True)
 
 
 def test_a_typo_in_a_switch_is_an_error():

@@ -1,0 +1,39 @@
+"""The tritonserver command line, read from the stub's parent process.
+
+Some server settings change what the backend may do but are not passed to Python models: whether metrics
+are allowed (`--allow-metrics`) and the model control mode (`pb_utils.unload_model` is only safe in explicit
+mode). The stub is a child of tritonserver, so its parent's argv tells.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def server_argv(pid: int | None = None) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid or os.getppid()}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return raw.decode(errors="replace").split("\0")
+
+
+def flag_value(argv: list[str], name: str) -> str | None:
+    """The last value given for `--name=value` or `--name value`."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg.startswith(f"--{name}="):
+            value = arg.split("=", 1)[1]
+        elif arg == f"--{name}" and i + 1 < len(argv):
+            value = argv[i + 1]
+    return value
+
+
+def metrics_allowed(argv: list[str]) -> bool:
+    value = flag_value(argv, "allow-metrics")
+    return value is None or value.lower() not in ("false", "0", "no", "off")
+
+
+def explicit_model_control(argv: list[str]) -> bool:
+    return (flag_value(argv, "model-control-mode") or "none").lower() == "explicit"

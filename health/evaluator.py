@@ -1,0 +1,89 @@
+"""The health state machine: observations in, state transitions (with their cause) out. Pure logic."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from health.settings import HealthSettings
+
+
+class State(enum.Enum):
+    HEALTHY = "healthy"
+    DEGRADED = "degraded"  # answers, but slowly or after a failed probe
+    UNHEALTHY = "unhealthy"  # dead, hung or not answering: requests are refused
+
+
+@dataclass(frozen=True)
+class Observation:
+    now: float
+    dead: str | None = None  # why vLLM considers the engine dead, if it does
+    inflight: int = 0
+    last_step: float | None = None  # when the engine last reported a step (vLLM's stat-logger call)
+    busy_since: float | None = None  # when requests last went from none to some in flight
+    probe_latency: float | None = None  # a probe finished this tick, in this many seconds
+    probe_error: str | None = None  # a probe failed this tick, with this reason
+
+
+@dataclass(frozen=True)
+class Transition:
+    state: State
+    cause: str
+
+
+class HealthEvaluator:
+    def __init__(self, settings: HealthSettings) -> None:
+        self.settings = settings
+        self.state = State.HEALTHY
+        self.cause = "engine started"
+        self.consecutive_failures = 0
+        self.dead = False
+
+    def stalled_for(self, obs: Observation) -> float:
+        """Seconds the engine has made no progress while requests are in flight (0 when idle)."""
+        if obs.inflight <= 0:
+            return 0.0
+        marks = [t for t in (obs.last_step, obs.busy_since) if t is not None]
+        return max(0.0, obs.now - max(marks)) if marks else 0.0
+
+    def evaluate(self, obs: Observation) -> Transition | None:
+        """The new state, if it changed; the cause says why, once."""
+        if self.dead:
+            return None
+        if obs.dead is not None:
+            self.dead = True
+            return self._move(State.UNHEALTHY, f"the engine is dead: {obs.dead}")
+        stalled = self.stalled_for(obs)
+        if stalled > self.settings.stall_timeout_s:
+            return self._move(State.UNHEALTHY, f"no engine progress for {stalled:.1f} s with {obs.inflight} "
+                                               f"request(s) in flight (HEALTH_STALL_TIMEOUT_S="
+                                               f"{self.settings.stall_timeout_s:g})")
+        if obs.probe_error is not None:
+            self.consecutive_failures += 1
+            if self.consecutive_failures >= self.settings.failure_threshold:
+                return self._move(State.UNHEALTHY, f"{self.consecutive_failures} consecutive engine probes "
+                                                   f"failed, last: {obs.probe_error}")
+            if self.state is State.HEALTHY:
+                return self._move(State.DEGRADED, f"engine probe failed: {obs.probe_error}")
+            return None
+        if obs.probe_latency is not None:
+            self.consecutive_failures = 0
+            if self.state is State.UNHEALTHY:
+                return None  # leaving UNHEALTHY takes a real generation (see HealthMonitor), not a probe
+            if obs.probe_latency > self.settings.degraded_probe_s:
+                return self._move(State.DEGRADED, f"engine probe took {obs.probe_latency:.2f} s "
+                                                  f"(HEALTH_DEGRADED_PROBE_S={self.settings.degraded_probe_s:g})")
+            return self._move(State.HEALTHY, f"engine probe answered in {obs.probe_latency * 1000:.0f} ms")
+        return None
+
+    def recovered(self, cause: str) -> Transition | None:
+        """The engine served a real request again (after SIGCONT, say) or was replaced."""
+        self.dead = False
+        self.consecutive_failures = 0
+        return self._move(State.HEALTHY, cause)
+
+    def _move(self, state: State, cause: str) -> Transition | None:
+        if state is self.state:
+            return None
+        self.state, self.cause = state, cause
+        return Transition(state, cause)

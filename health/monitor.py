@@ -1,0 +1,214 @@
+"""The background health monitor: death, stall watchdog, active probe, and the recovery policy.
+
+It runs in its own thread, never on the request path. Each tick (0.25 s) reads vLLM's dead-engine state, the
+in-flight count and the engine heartbeat; every HEALTH_CHECK_INTERVAL_S it sends a cheap round trip to the
+EngineCore (`is_sleeping`) without waiting for it, so a hung engine is noticed by the probe's timeout while
+death and stalls are still checked every tick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import time
+import uuid
+from typing import Any, Callable
+
+from backend.engine_runner import EngineRunner
+from backend.errors import EngineUnavailable
+from backend.generation import GenerationService
+from health.evaluator import HealthEvaluator, Observation, State, Transition
+from health.families import HealthFamilies
+from health.heartbeat import Heartbeat
+from health.settings import HealthSettings, Recovery
+
+TICK_S = 0.25
+
+
+class HealthMonitor:
+    def __init__(
+        self,
+        settings: HealthSettings,
+        model_name: str,
+        runner: EngineRunner,
+        service: GenerationService,
+        heartbeat: Heartbeat,
+        log: Any,
+        families: HealthFamilies | None = None,
+        unload: Callable[[], None] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.evaluator = HealthEvaluator(settings)
+        self._model = model_name
+        self._runner = runner
+        self._service = service
+        self._heartbeat = heartbeat
+        self._log = log
+        self._families = families
+        self._unload = unload
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="vllm-health", daemon=True)
+        self._probe: tuple[float, concurrent.futures.Future[Any]] | None = None
+        self._next_probe = 0.0
+        self._busy_since: float | None = None
+        self._was_busy = False
+        self._finished = False  # unloaded or out of restart attempts: nothing more to do
+
+    def start(self) -> None:
+        self._log.info(f"health monitor on: probe every {self.settings.check_interval_s:g} s "
+                       f"(timeout {self.settings.probe_timeout_s:g} s), stall timeout "
+                       f"{self.settings.stall_timeout_s:g} s, recovery {self.settings.recovery.value}")
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(10)
+
+    # -- one tick ---------------------------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._stop.wait(TICK_S):
+            try:
+                self.tick()
+            except Exception as exc:  # the monitor must outlive anything it observes
+                self._log.error(f"health monitor error: {type(exc).__name__}: {exc}")
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        inflight = len(self._service.responses.inflight())
+        if inflight and not self._was_busy:
+            self._busy_since = now
+        self._was_busy = inflight > 0
+        latency, error = self._probe_result(now)
+        observation = Observation(now=now, dead=self._dead_reason(), inflight=inflight,
+                                  last_step=self._heartbeat.last_step, busy_since=self._busy_since,
+                                  probe_latency=latency, probe_error=error)
+        if latency is not None and self._families is not None:
+            self._families.probe_latency.observe(latency)
+        transition = self.evaluator.evaluate(observation)
+        if transition is not None:
+            self._on_transition(transition)
+        elif self.evaluator.state is State.UNHEALTHY and not self._finished:
+            self._try_to_recover()
+        self._publish(observation)
+
+    def _dead_reason(self) -> str | None:
+        engine = self._runner.engine
+        if engine is None or not getattr(engine, "errored", False):
+            return None
+        return str(getattr(engine, "dead_error", "EngineCore died"))
+
+    def _probe_result(self, now: float) -> tuple[float | None, str | None]:
+        """Start a probe when due; report one that finished or timed out."""
+        if self._probe is None:
+            if now >= self._next_probe and self._runner.engine is not None and not self._finished:
+                self._probe = (now, self._runner.submit(self._probe_engine()))
+            return None, None
+        started, future = self._probe
+        if future.done():
+            self._probe = None
+            self._next_probe = now + self.settings.check_interval_s
+            exc = future.exception()
+            if exc is None:
+                return future.result(), None
+            return None, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        if now - started > self.settings.probe_timeout_s:
+            future.cancel()
+            self._probe = None
+            self._next_probe = now + self.settings.check_interval_s
+            return None, f"no answer within {self.settings.probe_timeout_s:g} s (HEALTH_PROBE_TIMEOUT_S)"
+        return None, None
+
+    async def _probe_engine(self) -> float:
+        start = time.monotonic()
+        await asyncio.wait_for(self._runner.engine.is_sleeping(), self.settings.probe_timeout_s)
+        return time.monotonic() - start
+
+    # -- transitions and recovery -----------------------------------------------------------------
+    def _on_transition(self, transition: Transition) -> None:
+        log = self._log.error if transition.state is State.UNHEALTHY else self._log.warn if (
+            transition.state is State.DEGRADED) else self._log.info
+        log(f"engine health: {transition.state.value} — {transition.cause}")
+        if transition.state is not State.UNHEALTHY:
+            return
+        error = EngineUnavailable(f"model {self._model} is unavailable: {transition.cause}")
+        self._service.refuse_new_requests(error)
+        self._service.fail_inflight(error)
+        self._publish(None)
+        if self.settings.recovery is Recovery.UNLOAD:
+            self._unload_model()
+        elif self.settings.recovery is Recovery.RESTART:
+            self._restart()
+
+    def _try_to_recover(self) -> None:
+        """Under `fail` (or after a failed restart), a hung engine that serves a real request is healthy again."""
+        if self.evaluator.dead or time.monotonic() < self._next_probe:
+            return
+        self._next_probe = time.monotonic() + self.settings.check_interval_s
+        try:
+            self._runner.call(self._generate_one_token(), timeout=self.settings.probe_timeout_s + 1)
+        except Exception:
+            return
+        self._recovered("the engine generates again")
+
+    async def _generate_one_token(self) -> None:
+        from vllm import SamplingParams
+
+        engine = self._runner.engine
+        request_id = f"health-probe-{uuid.uuid4().hex}"
+
+        async def generate() -> None:
+            async for _ in engine.generate("health probe", SamplingParams(max_tokens=1), request_id):
+                pass
+
+        try:
+            await asyncio.wait_for(generate(), self.settings.probe_timeout_s)
+        except BaseException:
+            await engine.abort(request_id)
+            raise
+
+    def _recovered(self, cause: str) -> None:
+        transition = self.evaluator.recovered(cause)
+        self._service.refuse_new_requests(None)
+        if transition is not None:
+            self._on_transition(transition)
+
+    def _restart(self) -> None:
+        for attempt in range(1, self.settings.restart_max_attempts + 1):
+            wait = self.settings.restart_backoff_s * 2 ** (attempt - 1)
+            self._log.warn(f"restarting the engine in {wait:g} s (attempt {attempt} of "
+                           f"{self.settings.restart_max_attempts})")
+            if self._stop.wait(wait):
+                return
+            try:
+                self._runner.restart()
+            except Exception as exc:
+                self._log.error(f"engine restart attempt {attempt} failed: {type(exc).__name__}: {exc}")
+                continue
+            self._probe = None
+            self._heartbeat.last_step = None
+            if self._families is not None:
+                self._families.restarts.inc()
+            self._recovered(f"engine restarted in place (attempt {attempt})")
+            return
+        if self._unload is not None:
+            self._log.error("every restart attempt failed: unloading the model")
+            self._unload_model()
+        else:
+            self._log.error("every restart attempt failed: the model stays loaded and refuses requests")
+            self._finished = True
+
+    def _unload_model(self) -> None:
+        self._finished = True
+        if self._unload is None:
+            return
+        # pb_utils.unload_model asks the server to unload us, which calls finalize(), which stops this thread:
+        # call it from a thread of its own so nothing waits on itself.
+        threading.Thread(target=self._unload, name="vllm-unload", daemon=True).start()
+
+    def _publish(self, observation: Observation | None) -> None:
+        if self._families is None:
+            return
+        stalled = self.evaluator.stalled_for(observation) if observation is not None else 0.0
+        self._families.update(self.evaluator.state, self.evaluator.consecutive_failures, stalled)

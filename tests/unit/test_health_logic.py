@@ -1,0 +1,74 @@
+"""Health settings, the state machine and server-flag parsing (pure logic; the real faults are integration tests)."""
+
+import pytest
+
+from backend.errors import ConfigError
+from backend.server_flags import explicit_model_control, flag_value, metrics_allowed
+from health.evaluator import HealthEvaluator, Observation, State
+from health.settings import HealthSettings, Recovery
+
+
+def config(**params):
+    return {"parameters": {k: {"string_value": v} for k, v in params.items()}}
+
+
+def test_settings_defaults_and_parsing():
+    assert HealthSettings.from_model_config({}) == HealthSettings()
+    settings = HealthSettings.from_model_config(config(
+        ENABLE_VLLM_HEALTH_CHECK="true", HEALTH_CHECK_INTERVAL_S="0.5", HEALTH_STALL_TIMEOUT_S="3",
+        HEALTH_RECOVERY="Unload", HEALTH_RESTART_MAX_ATTEMPTS="2"))
+    assert settings.enabled and settings.check_interval_s == 0.5 and settings.stall_timeout_s == 3.0
+    assert settings.recovery is Recovery.UNLOAD and settings.restart_max_attempts == 2
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("HEALTH_RECOVERY", "reboot", "use fail, unload or restart"),
+    ("HEALTH_STALL_TIMEOUT_S", "-1", "is not a positive float"),
+    ("HEALTH_RESTART_MAX_ATTEMPTS", "two", "is not a positive int"),
+])
+def test_bad_settings_are_named(key, value, message):
+    with pytest.raises(ConfigError, match=f"{key}: .*{message}"):
+        HealthSettings.from_model_config(config(**{key: value}))
+
+
+SETTINGS = HealthSettings(enabled=True, stall_timeout_s=3, failure_threshold=2, degraded_probe_s=1)
+
+
+def test_death_is_unhealthy_at_once_and_final():
+    evaluator = HealthEvaluator(SETTINGS)
+    transition = evaluator.evaluate(Observation(now=1, dead="EngineCore died"))
+    assert transition.state is State.UNHEALTHY and "EngineCore died" in transition.cause
+    assert evaluator.evaluate(Observation(now=2, probe_latency=0.01)) is None
+    assert evaluator.state is State.UNHEALTHY
+
+
+def test_stall_needs_requests_in_flight_and_no_step():
+    evaluator = HealthEvaluator(SETTINGS)
+    assert evaluator.evaluate(Observation(now=100, inflight=0, last_step=1)) is None  # idle is not a stall
+    assert evaluator.evaluate(Observation(now=100, inflight=3, last_step=98, busy_since=90)) is None
+    assert evaluator.evaluate(Observation(now=100, inflight=3, last_step=50, busy_since=99)) is None  # just busy
+    transition = evaluator.evaluate(Observation(now=104, inflight=3, last_step=50, busy_since=99))
+    assert transition.state is State.UNHEALTHY and "no engine progress for 5.0 s with 3 request(s)" in transition.cause
+
+
+def test_probe_failures_degrade_then_fail_and_a_probe_alone_does_not_recover():
+    evaluator = HealthEvaluator(SETTINGS)
+    assert evaluator.evaluate(Observation(now=1, probe_error="timeout")).state is State.DEGRADED
+    assert evaluator.evaluate(Observation(now=2, probe_error="timeout")).state is State.UNHEALTHY
+    assert evaluator.evaluate(Observation(now=3, probe_latency=0.01)) is None
+    assert evaluator.recovered("generates again").state is State.HEALTHY
+    assert evaluator.consecutive_failures == 0
+
+
+def test_slow_probe_is_degraded_and_a_fast_one_heals():
+    evaluator = HealthEvaluator(SETTINGS)
+    assert evaluator.evaluate(Observation(now=1, probe_latency=1.5)).state is State.DEGRADED
+    assert evaluator.evaluate(Observation(now=2, probe_latency=1.6)) is None  # logged once
+    assert evaluator.evaluate(Observation(now=3, probe_latency=0.01)).state is State.HEALTHY
+
+
+def test_server_flags():
+    argv = ["tritonserver", "--model-control-mode", "explicit", "--allow-metrics=false"]
+    assert flag_value(argv, "model-control-mode") == "explicit"
+    assert explicit_model_control(argv) and not metrics_allowed(argv)
+    assert metrics_allowed(["tritonserver"]) and not explicit_model_control(["tritonserver"])
