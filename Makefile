@@ -1,6 +1,6 @@
 # Every target runs scripts/setup.sh first: it is idempotent and takes seconds once the venv exists.
 SHELL := /bin/bash
-.PHONY: setup serve test test-unit lint install-backend clean
+.PHONY: setup serve test test-unit lint dashboards alerts install-backend clean
 
 setup:
 	@bash scripts/setup.sh
@@ -9,6 +9,7 @@ serve: setup
 	@source scripts/env.sh && exec python scripts/triton_launcher.py
 
 test: setup
+	@bash scripts/ensure_prometheus.sh
 	@bash scripts/test.sh $(PYTEST_ARGS)
 
 test-unit: setup
@@ -16,6 +17,9 @@ test-unit: setup
 
 lint: setup
 	@source scripts/env.sh && ruff check backend metrics health dashboards alerts scripts tests
+
+dashboards: setup
+	@source scripts/env.sh && python -m dashboards.build
 
 clean:
 	rm -rf .build .bench

@@ -1,7 +1,7 @@
 """The shared real server: tritonserver + this backend + vLLM engines for the tiny model.
 
 Models (one server, started once per session, because each engine takes ~30-60 s to start on CPU):
-  vllm_model      the official sample's layout, REPORT_CUSTOM_METRICS "true"
+  vllm_model      the official sample's layout, REPORT_CUSTOM_METRICS "true", health monitor on
   vllm_lora       multi-LoRA (multi_lora.json), two instances (two engines), metrics on
   vllm_nometrics  REPORT_CUSTOM_METRICS unset
 """
@@ -22,7 +22,7 @@ METRICS_ON = {"REPORT_CUSTOM_METRICS": "true"}
 @pytest.fixture(scope="session")
 def server(tmp_path_factory):
     repo = tmp_path_factory.mktemp("model_repository")
-    write_model(repo, "vllm_model", params=METRICS_ON)
+    write_model(repo, "vllm_model", params={**METRICS_ON, "ENABLE_VLLM_HEALTH_CHECK": "true"})
     write_model(repo, "vllm_lora", LORA_ENGINE, params=METRICS_ON, instances=2,
                 files={"multi_lora.json": json.dumps({"tiny-lora": str(TINY_LORA)})})
     write_model(repo, "vllm_nometrics")

@@ -1,0 +1,91 @@
+"""One config of selectors, thresholds and SLOs feeding the dashboards, the alert rules and the runbook.
+
+Like kubernetes-mixin's `_config`: change a threshold or an SLO here (or in a copy passed to the builders) and
+regenerate with `make dashboards alerts`; nothing else repeats these numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Triton 2.51's own metrics that the dashboards and alerts use (the live test checks they exist).
+TRITON_METRICS = (
+    "nv_inference_request_success", "nv_inference_request_failure", "nv_inference_count",
+    "nv_inference_exec_count", "nv_inference_pending_request_count", "nv_inference_request_duration_us",
+    "nv_inference_queue_duration_us", "nv_inference_compute_input_duration_us",
+    "nv_inference_compute_infer_duration_us", "nv_inference_compute_output_duration_us",
+    "nv_cpu_utilization", "nv_cpu_memory_used_bytes", "nv_cpu_memory_total_bytes",
+    "nv_gpu_utilization", "nv_gpu_memory_used_bytes", "nv_gpu_memory_total_bytes", "nv_gpu_power_usage",
+)
+# Only present on machines with NVIDIA GPUs (and --allow-gpu-metrics).
+GPU_ONLY = frozenset(m for m in TRITON_METRICS if m.startswith("nv_gpu_"))
+
+
+@dataclass(frozen=True)
+class LatencySLO:
+    """`objective` of requests must be at or under `threshold_s`, which must be one of the histogram's buckets."""
+
+    name: str  # TTFT, InterToken, EndToEnd
+    histogram: str
+    threshold_s: float
+    objective: float = 0.99
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class BurnWindow:
+    severity: str
+    long: str
+    short: str
+    factor: float
+    for_: str
+
+
+@dataclass(frozen=True)
+class Config:
+    # Prometheus selector for the Triton targets in alert rules (dashboards use the $job/$instance variables).
+    # Empty selects every target that exposes these metrics; set e.g. 'job="triton"' to narrow it.
+    triton_selector: str = ""
+    # Label set that identifies one model instance in alerts.
+    instance_labels: tuple[str, ...] = ("job", "instance", "model", "model_instance")
+
+    kv_cache_warning: float = 0.90
+    kv_cache_warning_for: str = "10m"
+    kv_cache_critical: float = 0.95
+    kv_cache_critical_for: str = "5m"
+    waiting_requests_warning: float = 50
+    waiting_requests_for: str = "5m"
+    preemptions_per_s_warning: float = 1.0
+    preemptions_for: str = "5m"
+    error_ratio_warning: float = 0.01
+    error_ratio_warning_for: str = "10m"
+    error_ratio_critical: float = 0.05
+    error_ratio_critical_for: str = "2m"
+    stall_seconds: float = 120.0  # requests in flight and no engine step for this long
+    stall_for: str = "1m"
+    unhealthy_for: str = "1m"
+    absent_for: str = "5m"
+    target_down_for: str = "5m"
+    dropped_updates_for: str = "10m"
+
+    slos: tuple[LatencySLO, ...] = (
+        LatencySLO("TTFT", "vllm:time_to_first_token_seconds", 2.5,
+                   description="time to first token"),
+        LatencySLO("InterToken", "vllm:inter_token_latency_seconds", 0.2,
+                   description="inter-token latency"),
+        LatencySLO("EndToEnd", "vllm:e2e_request_latency_seconds", 60.0,
+                   description="end-to-end request latency"),
+    )
+    # Multi-window multi-burn-rate alerting (Google SRE workbook), for a 30-day objective.
+    burn_windows: tuple[BurnWindow, ...] = (
+        BurnWindow("critical", "1h", "5m", 14.4, "2m"),
+        BurnWindow("critical", "6h", "30m", 6, "15m"),
+        BurnWindow("warning", "1d", "2h", 3, "1h"),
+        BurnWindow("warning", "3d", "6h", 1, "3h"),
+    )
+    # Where operators read the runbook: set it to the URL of alerts/runbook.md in your copy of the repository.
+    runbook_base: str = "alerts/runbook.md"
+    grafana_base: str = "/d"  # relative links work inside the Grafana that holds the dashboards
+
+
+DEFAULT = Config()

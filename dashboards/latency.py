@@ -1,0 +1,46 @@
+"""Latency: distributions as heatmaps, the queue / prefill / decode breakdown, and per-model comparison."""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.builders.dashboard import Dashboard
+
+from dashboards.config import Config
+from dashboards.layout import dashboard, row
+from dashboards.panels import graph, heatmap
+from dashboards.promql import VLLM, mean, quantile, sum_rate
+
+UID = "vllm-triton-latency"
+PHASES = (("queue", "vllm:request_queue_time_seconds"), ("prefill", "vllm:request_prefill_time_seconds"),
+          ("decode", "vllm:request_decode_time_seconds"), ("inference", "vllm:request_inference_time_seconds"))
+
+
+def distribution(title: str, histogram: str, what: str) -> object:
+    return heatmap(title, f"Distribution of {what} (vLLM's buckets), requests per bucket per second.", "s",
+                   sum_rate(histogram + "_bucket", VLLM, "le"))
+
+
+def build(config: Config, slo_buckets: dict[str, tuple[float, ...]]) -> Dashboard:
+    board = dashboard(UID, "vLLM on Triton / Latency", "Where request time goes (generated).", config, slo_buckets)
+    return (
+        board.with_row(row("Distributions"))
+        .with_panel(distribution("Time to first token", "vllm:time_to_first_token_seconds", "time to first token"))
+        .with_panel(distribution("Inter-token latency", "vllm:inter_token_latency_seconds", "inter-token latency"))
+        .with_panel(distribution("End-to-end latency", "vllm:e2e_request_latency_seconds", "end-to-end latency"))
+        .with_row(row("Breakdown"))
+        .with_panel(graph("Mean time per phase", "Mean seconds a request spends waiting in the queue, in "
+                          "prefill, in decode, and in the engine overall (inference = prefill + decode).", "s",
+                          *((mean(h, VLLM), phase) for phase, h in PHASES), span=12))
+        .with_panel(graph("p95 time per phase", "95th percentile of each phase's duration.", "s",
+                          *((quantile(0.95, h, VLLM), phase) for phase, h in PHASES), span=12))
+        .with_panel(graph("Time per output token (per request)", "p50 and p95 of each finished request's mean "
+                          "time per output token.", "s",
+                          (quantile(0.5, "vllm:request_time_per_output_token_seconds", VLLM), "p50"),
+                          (quantile(0.95, "vllm:request_time_per_output_token_seconds", VLLM), "p95"), span=12))
+        .with_row(row("Per model"))
+        .with_panel(graph("TTFT p95 by model", "95th percentile time to first token for each model.", "s",
+                          (quantile(0.95, "vllm:time_to_first_token_seconds", VLLM, "model"), "{{model}}"), span=8))
+        .with_panel(graph("Inter-token p95 by model", "95th percentile inter-token latency for each model.", "s",
+                          (quantile(0.95, "vllm:inter_token_latency_seconds", VLLM, "model"), "{{model}}"), span=8))
+        .with_panel(graph("End-to-end p95 by model", "95th percentile request latency for each model.", "s",
+                          (quantile(0.95, "vllm:e2e_request_latency_seconds", VLLM, "model"), "{{model}}"), span=8))
+    )

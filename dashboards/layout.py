@@ -1,0 +1,50 @@
+"""The frame every dashboard shares: uid, tags, variables (datasource, job, instance, model, engine, SLOs)."""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.builders.dashboard import CustomVariable, Dashboard, DatasourceVariable, QueryVariable, Row
+from grafana_foundation_sdk.models.dashboard import (DashboardCursorSync, VariableOption, VariableRefresh,
+                                                     VariableSort)
+
+from dashboards.config import Config
+from dashboards.panels import DATASOURCE
+
+TAGS = ["vllm", "triton", "llm", "generated"]
+
+
+def _label_variable(name: str, label: str, query: str) -> QueryVariable:
+    return (QueryVariable(name).label(label).datasource(DATASOURCE).query(query)
+            .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED).sort(VariableSort.ALPHABETICAL_ASC)
+            .multi(True).include_all(True).all_value(".*")
+            .current(VariableOption(selected=True, text="All", value="$__all")))
+
+
+def _slo_variable(name: str, label: str, buckets: tuple[float, ...], default: float) -> CustomVariable:
+    """An SLO threshold to pick among the histogram's buckets (any other value would match no bucket)."""
+    values = [f"{b:g}" for b in buckets]
+    return (CustomVariable(name).label(label).values(",".join(values))
+            .current(VariableOption(selected=True, text=f"{default:g}", value=f"{default:g}")))
+
+
+def dashboard(uid: str, title: str, description: str, config: Config, slo_buckets: dict[str, tuple[float, ...]]
+              ) -> Dashboard:
+    board = (Dashboard(title).uid(uid).description(description).tags(TAGS).refresh("30s")
+             .time("now-1h", "now").tooltip(DashboardCursorSync.CROSSHAIR)
+             .with_variable(DatasourceVariable("datasource").label("Data source").type("prometheus"))
+             .with_variable(_label_variable("job", "job", "label_values(nv_inference_request_success, job)"))
+             .with_variable(_label_variable("instance", "instance",
+                                            'label_values(nv_inference_request_success{job=~"$job"}, instance)'))
+             .with_variable(_label_variable(
+                 "model", "model", 'label_values(nv_inference_request_success{job=~"$job", instance=~"$instance"}, '
+                                   "model)"))
+             .with_variable(_label_variable(
+                 "engine", "engine", 'label_values(vllm:num_requests_running{job=~"$job", instance=~"$instance", '
+                                     'model=~"$model"}, engine)')))
+    for slo in config.slos:
+        board = board.with_variable(_slo_variable(f"slo_{slo.name.lower()}", f"{slo.name} SLO (s)",
+                                                  slo_buckets[slo.histogram], slo.threshold_s))
+    return board
+
+
+def row(title: str) -> Row:
+    return Row(title)

@@ -1,0 +1,42 @@
+"""PromQL building blocks, so every query follows the same rules (the lint in the tests enforces them):
+rates over `$__rate_interval`, quantiles `sum by (le)`, ratios divided by `(x > 0)`, no `or vector(0)`."""
+
+from __future__ import annotations
+
+# Selectors from the dashboard variables. vLLM's families carry `engine`; Triton's and the backend's do not.
+TRITON = 'job=~"$job", instance=~"$instance", model=~"$model"'
+VLLM = TRITON + ', engine=~"$engine"'
+
+
+def sel(metric: str, selector: str, extra: str = "") -> str:
+    return f"{metric}{{{selector}{', ' + extra if extra else ''}}}"
+
+
+def rate(metric: str, selector: str, extra: str = "", window: str = "$__rate_interval") -> str:
+    return f"rate({sel(metric, selector, extra)}[{window}])"
+
+
+def sum_rate(metric: str, selector: str, by: str = "", extra: str = "", window: str = "$__rate_interval") -> str:
+    grouping = f" by ({by})" if by else ""
+    return f"sum{grouping} ({rate(metric, selector, extra, window)})"
+
+
+def quantile(q: float, histogram: str, selector: str, by: str = "", window: str = "$__rate_interval") -> str:
+    grouping = f"le, {by}" if by else "le"
+    return f"histogram_quantile({q:g}, sum by ({grouping}) ({rate(histogram + '_bucket', selector, window=window)}))"
+
+
+def ratio(numerator: str, denominator: str) -> str:
+    """`a / b` that is empty, not infinite or NaN, while `b` is zero."""
+    return f"({numerator}) / (({denominator}) > 0)"
+
+
+def mean(histogram: str, selector: str, by: str = "") -> str:
+    """Mean of a histogram over the window: rate of _sum over rate of _count."""
+    return ratio(sum_rate(histogram + "_sum", selector, by), sum_rate(histogram + "_count", selector, by))
+
+
+def attainment(histogram: str, selector: str, le: str, by: str = "") -> str:
+    """Share of observations at or under the bucket `le` (an SLO's good events over all events)."""
+    return ratio(sum_rate(histogram + "_bucket", selector, by, extra=f'le="{le}"'),
+                 sum_rate(histogram + "_count", selector, by))

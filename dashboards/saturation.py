@@ -1,0 +1,47 @@
+"""Saturation and cache: KV cache, preemptions, queueing, batch sizes, prefix caching."""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.builders.dashboard import Dashboard
+
+from dashboards.config import Config
+from dashboards.layout import dashboard, row
+from dashboards.panels import graph
+from dashboards.promql import VLLM, mean, quantile, ratio, sel, sum_rate
+
+UID = "vllm-triton-saturation"
+
+
+def build(config: Config, slo_buckets: dict[str, tuple[float, ...]]) -> Dashboard:
+    board = dashboard(UID, "vLLM on Triton / Saturation and cache", "How full the engines are (generated).",
+                      config, slo_buckets)
+    kv = sel("vllm:kv_cache_usage_perc", VLLM)
+    return (
+        board.with_row(row("KV cache and scheduling"))
+        .with_panel(graph("KV-cache usage (max and mean)", "Highest and mean KV-cache usage over the selected "
+                          "engines; sustained values near 1 cause preemptions.", "percentunit",
+                          (f"max({kv})", "max"), (f"avg({kv})", "mean"), (f"min({kv})", "min"),
+                          thresholds=[(None, "green"), (config.kv_cache_warning, "orange"),
+                                      (config.kv_cache_critical, "red")]))
+        .with_panel(graph("Preemptions/s", "Requests preempted by the scheduler per second (KV cache exhausted).",
+                          "short", (sum_rate("vllm:num_preemptions_total", VLLM, "model"), "{{model}}")))
+        .with_panel(graph("Waiting requests by reason", "Requests waiting for capacity or deferred, per reason.",
+                          "short", (f"sum by (reason) ({sel('vllm:num_requests_waiting_by_reason', VLLM)})",
+                                    "{{reason}}")))
+        .with_panel(graph("Tokens per engine step", "Tokens processed per engine step (prefill + decode): mean "
+                          "and p95; the batch size the engine achieves.", "short",
+                          (mean("vllm:iteration_tokens_total", VLLM), "mean"),
+                          (quantile(0.95, "vllm:iteration_tokens_total", VLLM), "p95")))
+        .with_row(row("Caching"))
+        .with_panel(graph("Prefix-cache hit ratio", "Prompt tokens found in the prefix cache over prompt tokens "
+                          "looked up.", "percentunit",
+                          (ratio(sum_rate("vllm:prefix_cache_hits_total", VLLM),
+                                 sum_rate("vllm:prefix_cache_queries_total", VLLM)), "hit ratio")))
+        .with_panel(graph("Cached prompt tokens by source", "Prompt tokens per second served from a cache, by "
+                          "cache tier.", "short",
+                          (sum_rate("vllm:prompt_tokens_cached_by_source_total", VLLM, "source"), "{{source}}")))
+        .with_panel(graph("Prompt tokens by source", "Prompt tokens per second computed locally, hit in the local "
+                          "cache, or transferred from an external KV store.", "short",
+                          (sum_rate("vllm:prompt_tokens_by_source_total", VLLM, "source"), "{{source}}"),
+                          span=24))
+    )

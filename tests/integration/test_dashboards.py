@@ -1,0 +1,168 @@
+"""The generated dashboards: reproducible, linted, round-trip through the SDK, and every query shows data
+from a real Prometheus scraping the real tritonserver."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from helpers import ROOT, generate, generate_stream, grpc_inputs, grpc_stream, run
+from prometheus_server import Prometheus
+
+GENERATED = ROOT / "dashboards" / "generated"
+# Gauges whose names end like counter/histogram samples.
+GAUGE_NAMES = {"nv_inference_pending_request_count"}
+METRIC = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\{")
+# Families that cannot have data on this test server, with the reason.
+EXEMPT = {
+    "nv_gpu_utilization": "no NVIDIA GPU on the test machines",
+    "nv_gpu_memory_used_bytes": "no NVIDIA GPU on the test machines",
+    "nv_gpu_memory_total_bytes": "no NVIDIA GPU on the test machines",
+}
+
+
+def boards() -> dict[str, dict]:
+    return {p.name: json.loads(p.read_text()) for p in sorted(GENERATED.glob("*.json"))}
+
+
+def panels() -> list[tuple[str, dict]]:
+    return [(name, panel) for name, board in boards().items() for panel in board["panels"] if panel["type"] != "row"]
+
+
+def exprs() -> list[tuple[str, str, str]]:
+    return [(name, panel["title"], target["expr"]) for name, panel in panels() for target in panel["targets"]]
+
+
+def test_generated_files_are_up_to_date():
+    from dashboards.build import main
+
+    assert main(["--check"]) == 0, "run `make dashboards`"
+
+
+def test_expected_dashboards_exist():
+    assert {b["uid"] for b in boards().values()} == {
+        "vllm-triton-overview", "vllm-triton-latency", "vllm-triton-saturation", "vllm-triton-server",
+        "vllm-triton-health"}
+
+
+def test_json_round_trips_through_the_sdk_models():
+    from grafana_foundation_sdk.cog.encoder import JSONEncoder
+    from grafana_foundation_sdk.cog.plugins import register_default_plugins
+    from grafana_foundation_sdk.models.dashboard import Dashboard
+
+    register_default_plugins()
+    for name, board in boards().items():
+        model = Dashboard.from_json(board)
+        again = json.loads(JSONEncoder(sort_keys=True).encode(model))
+        assert again["uid"] == board["uid"] and len(again["panels"]) == len(board["panels"]), name
+        assert [p.get("targets") for p in again["panels"]] == [p.get("targets") for p in board["panels"]], name
+
+
+def test_variables_and_datasource_are_templated():
+    for name, board in boards().items():
+        variables = {v["name"]: v for v in board["templating"]["list"]}
+        assert {"datasource", "job", "instance", "model", "engine"} <= set(variables), name
+        for label in ("job", "instance", "model", "engine"):
+            assert variables[label]["multi"] and variables[label]["includeAll"], (name, label)
+        text = json.dumps(board)
+        uids = set(re.findall(r'"uid": "([^"]*)"', text)) - {board["uid"]}
+        assert uids == {"${datasource}"}, (name, uids)  # no hard-coded datasource anywhere
+
+
+@pytest.mark.parametrize("name, panel", panels(), ids=lambda v: v if isinstance(v, str) else v["title"])
+def test_every_panel_has_title_description_unit(name, panel):
+    assert panel["title"] and panel.get("description"), panel
+    assert panel["fieldConfig"]["defaults"].get("unit"), panel["title"]
+    assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+
+
+def lint(expr: str) -> list[str]:
+    problems = []
+    for window in re.findall(r"\[([^\]]+)\]", expr):
+        if window != "$__rate_interval":
+            problems.append(f"rate window [{window}] is not $__rate_interval")
+    for match in METRIC.finditer(expr):
+        name = match.group(1)
+        if re.search(r"(_total|_count|_sum|_bucket)$", name) and name not in GAUGE_NAMES:
+            before = expr[:match.start()]
+            if not re.search(r"(rate|increase)\($", before):
+                problems.append(f"{name} is not under rate()/increase()")
+    for call in re.finditer(r"histogram_quantile\(", expr):
+        if not expr[call.end():].split(",", 1)[1].lstrip().startswith("sum by (le"):
+            problems.append("histogram_quantile without sum by (le)")
+    for division in re.finditer(r"\) / ", expr):
+        rest = expr[division.end():]
+        if not (rest.startswith("((") and "> 0)" in rest) and not rest.startswith("1e6"):
+            problems.append("a ratio does not divide by (x > 0)")
+    if "or vector(0)" in expr:
+        problems.append("or vector(0) hides missing data as zero")
+    return problems
+
+
+@pytest.mark.parametrize("name, title, expr", exprs(), ids=lambda v: v[:60] if isinstance(v, str) else v)
+def test_queries_follow_the_rules(name, title, expr):
+    assert lint(expr) == [], (title, expr)
+
+
+def test_the_lint_catches_known_defects():
+    assert lint('rate(vllm:num_preemptions_total{a="b"}[5m])') == ["rate window [5m] is not $__rate_interval"]
+    assert lint('vllm:prompt_tokens_total{a="b"}')
+    assert lint('histogram_quantile(0.9, rate(x_bucket{a="b"}[$__rate_interval]))')
+    assert lint('(sum(rate(a_total{a="b"}[$__rate_interval]))) / (sum(rate(b_total{a="b"}[$__rate_interval])))')
+    assert lint('histogram_quantile(0.9, sum by (le) (rate(x_bucket{a="b"}[$__rate_interval]))) or vector(0)')
+
+
+def test_every_metric_a_panel_uses_exists():
+    from dashboards.config import TRITON_METRICS
+    from metrics.catalogue import catalogue
+
+    known = {e.spec.name for e in catalogue()} | set(TRITON_METRICS)
+    suffixes = ("_bucket", "_sum", "_count")
+    for _, title, expr in exprs():
+        for name in METRIC.findall(expr):
+            base = next((name[: -len(s)] for s in suffixes if name.endswith(s) and name[: -len(s)] in known), name)
+            assert base in known, (title, name)
+
+
+# -- live ----------------------------------------------------------------------------------------------
+def substitute(expr: str) -> str:
+    from dashboards.config import DEFAULT
+
+    values = {"__rate_interval": "1m", "job": ".*", "instance": ".*", "model": ".*", "engine": ".*"}
+    values |= {f"slo_{slo.name.lower()}": f"{slo.threshold_s:g}" for slo in DEFAULT.slos}
+    return re.sub(r"\$(\w+)", lambda m: values[m.group(1)], expr)
+
+
+def workload(server) -> None:
+    """Traffic that touches every panel: plain, streamed, repeated prompts (prefix cache), bad and cancelled."""
+    body = {"text_input": "Dashboards need data " * 8, "parameters": {"max_tokens": 24, "ignore_eos": True}}
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        jobs = [pool.submit(generate, server, "vllm_model", body) for _ in range(8)]
+        jobs += [pool.submit(generate_stream, server, "vllm_model",
+                             {**body, "parameters": {**body["parameters"], "stream": True}}) for _ in range(6)]
+        jobs += [pool.submit(generate, server, "vllm_model", {"text_input": "x", "parameters": {"n": 0}})]
+        for job in jobs:
+            job.result()
+    run(grpc_stream(server, "vllm_model", grpc_inputs("cancel me", sampling={"max_tokens": 500}), stop_after=2))
+
+
+def test_every_panel_query_returns_data_from_a_real_prometheus(server, tmp_path):
+    with Prometheus(tmp_path, [f"127.0.0.1:{server.metrics_port}"]) as prometheus:
+        prometheus.wait_for_scrapes(2)
+        workload(server)
+        prometheus.wait_for_scrapes(8)
+        workload(server)
+        import time
+
+        time.sleep(3)
+        empty = []
+        for name, title, expr in exprs():
+            if any(m in EXEMPT for m in METRIC.findall(expr)):
+                continue
+            if not prometheus.query(substitute(expr)):
+                empty.append(f"{name} / {title}: {expr}")
+        assert empty == [], "\n".join(empty)
