@@ -21,6 +21,9 @@ lint: setup
 dashboards: setup
 	@source scripts/env.sh && python -m dashboards.build
 
+alerts: setup
+	@source scripts/env.sh && python -m alerts.build
+
 clean:
 	rm -rf .build .bench
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from backend.engine_runner import EngineRunner
 from backend.errors import EngineUnavailable, InvalidRequest, RequestError

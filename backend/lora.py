@@ -22,7 +22,7 @@ class LoraRegistry:
     adapters: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, model_dir: Path, engine_config: dict[str, Any]) -> "LoraRegistry":
+    def load(cls, model_dir: Path, engine_config: dict[str, Any]) -> LoraRegistry:
         if str(engine_config.get("enable_lora", False)).lower() != "true":
             return cls()
         path = model_dir / LORA_FILE

@@ -9,20 +9,20 @@ import json
 from pathlib import Path
 from typing import Any
 
-from backend.engine_args import build_engine_args, load_model_json, resolve_local_paths, validate_engine_config
 from backend.device import check_device
+from backend.engine_args import build_engine_args, load_model_json, resolve_local_paths, validate_engine_config
 from backend.engine_runner import EngineRunner
 from backend.errors import ConfigError
 from backend.generation import GenerationService
 from backend.lora import LoraRegistry
+from backend.response_thread import InflightRequest, Outcome
 from backend.server_flags import explicit_model_control, server_argv
 from backend.settings import BackendSettings
+from backend.triton_io import PbTritonIO, TritonLogger, TritonRequestView
 from health.families import HealthFamilies
 from health.heartbeat import Heartbeat
 from health.monitor import HealthMonitor
 from health.settings import HealthSettings, Recovery
-from backend.response_thread import InflightRequest, Outcome
-from backend.triton_io import PbTritonIO, TritonLogger, TritonRequestView
 from metrics.backend_families import BackendInfo
 from metrics.exporter import MetricsExporter, gate
 

@@ -31,7 +31,7 @@ class ResponseChunk:
     finished: bool = False
     aborted: bool = field(default=False)
 
-    def merge(self, later: "ResponseChunk") -> None:
+    def merge(self, later: ResponseChunk) -> None:
         """Append a later chunk of the same stream to this one."""
         for i in range(len(self.texts)):
             self.texts[i] += later.texts[i]

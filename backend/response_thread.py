@@ -12,8 +12,9 @@ import enum
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from backend.errors import ErrorCode, RequestCancelled, RequestError
 from backend.request_decoding import OutputOptions

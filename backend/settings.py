@@ -38,7 +38,7 @@ class BackendSettings:
     report_custom_metrics: bool = False
 
     @classmethod
-    def from_model_config(cls, model_config: dict[str, Any]) -> "BackendSettings":
+    def from_model_config(cls, model_config: dict[str, Any]) -> BackendSettings:
         params = config_parameters(model_config)
         return cls(
             report_custom_metrics=parse_bool(

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from grafana_foundation_sdk.builders.dashboard import CustomVariable, Dashboard, DatasourceVariable, QueryVariable, Row
-from grafana_foundation_sdk.models.dashboard import (DashboardCursorSync, VariableOption, VariableRefresh,
-                                                     VariableSort)
+from grafana_foundation_sdk.models.dashboard import DashboardCursorSync, VariableOption, VariableRefresh, VariableSort
 
 from dashboards.config import Config
 from dashboards.panels import DATASOURCE

@@ -7,18 +7,10 @@ from grafana_foundation_sdk.builders.dashboard import Dashboard
 from dashboards.config import Config
 from dashboards.layout import dashboard, row
 from dashboards.panels import graph, single
-from dashboards.promql import TRITON, VLLM, attainment, quantile, ratio, sel, sum_rate
+from dashboards.promql import TRITON, VLLM, attainment, error_ratio, quantile, sel, sum_rate
 
 UID = "vllm-triton-overview"
 GOOD_RATIO = [(None, "red"), (0.9, "orange"), (0.99, "green")]
-
-
-def error_ratio() -> str:
-    """Failed requests (vLLM finished_reason="error" and Triton failures) over all finished requests."""
-    vllm_errors = sum_rate("vllm:request_success_total", VLLM, extra='finished_reason="error"')
-    errors = f"{vllm_errors} + {sum_rate('nv_inference_request_failure', TRITON)}"
-    total = f"{sum_rate('vllm:request_success_total', VLLM)} + {sum_rate('nv_inference_request_failure', TRITON)}"
-    return ratio(errors, total)
 
 
 def latency_panel(title: str, histogram: str, what: str) -> object:
@@ -41,7 +33,8 @@ def build(config: Config, slo_buckets: dict[str, tuple[float, ...]]) -> Dashboar
         .with_panel(single("Requests/s", "Finished requests per second (vLLM's request_success).", "reqps",
                            sum_rate("vllm:request_success_total", VLLM)))
         .with_panel(single("Error ratio", "Failed over finished requests: vLLM finished_reason=\"error\" plus "
-                           "Triton's nv_inference_request_failure.", "percentunit", error_ratio(),
+                           "Triton's nv_inference_request_failure (cancellations excluded).", "percentunit",
+                           error_ratio(VLLM, TRITON),
                            thresholds=[(None, "green"), (config.error_ratio_warning, "orange"),
                                        (config.error_ratio_critical, "red")]))
         .with_panel(single("Engine health", "1 when every selected engine serves requests "

@@ -9,7 +9,8 @@ VLLM = TRITON + ', engine=~"$engine"'
 
 
 def sel(metric: str, selector: str, extra: str = "") -> str:
-    return f"{metric}{{{selector}{', ' + extra if extra else ''}}}"
+    inside = ", ".join(p for p in (selector, extra) if p)
+    return f"{metric}{{{inside}}}" if inside else metric
 
 
 def rate(metric: str, selector: str, extra: str = "", window: str = "$__rate_interval") -> str:
@@ -34,6 +35,18 @@ def ratio(numerator: str, denominator: str) -> str:
 def mean(histogram: str, selector: str, by: str = "") -> str:
     """Mean of a histogram over the window: rate of _sum over rate of _count."""
     return ratio(sum_rate(histogram + "_sum", selector, by), sum_rate(histogram + "_count", selector, by))
+
+
+def error_ratio(vllm_selector: str, triton_selector: str, by: str = "", window: str = "$__rate_interval") -> str:
+    """Failed over finished requests: vLLM's finished_reason="error" plus Triton's failures (cancellations
+    excluded). `rate(a) or rate(b)` inside one sum keeps the ratio defined when either side has no series."""
+    grouping = f" by ({by})" if by else ""
+    triton_failures = rate("nv_inference_request_failure", triton_selector, 'reason!="CANCELED"', window)
+    vllm_errors = rate("vllm:request_success_total", vllm_selector, 'finished_reason="error"', window)
+    vllm_finished = rate("vllm:request_success_total", vllm_selector, window=window)
+    errors = f"sum{grouping} ({vllm_errors} or {triton_failures})"
+    total = f"sum{grouping} ({vllm_finished} or {triton_failures})"
+    return ratio(errors, total)
 
 
 def attainment(histogram: str, selector: str, le: str, by: str = "") -> str:

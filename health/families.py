@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from metrics.local import Kind, MetricStore, bound_classes
-
 from health.evaluator import State
+from metrics.local import Kind, MetricStore, bound_classes
 
 PROBE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 

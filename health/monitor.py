@@ -13,7 +13,8 @@ import concurrent.futures
 import threading
 import time
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from backend.engine_runner import EngineRunner
 from backend.errors import EngineUnavailable

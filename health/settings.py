@@ -29,7 +29,7 @@ class HealthSettings:
     restart_backoff_s: float = 5.0  # HEALTH_RESTART_BACKOFF_S: first wait, doubled per attempt
 
     @classmethod
-    def from_model_config(cls, model_config: dict[str, Any]) -> "HealthSettings":
+    def from_model_config(cls, model_config: dict[str, Any]) -> HealthSettings:
         params = config_parameters(model_config)
         values: dict[str, Any] = {
             "enabled": parse_bool("ENABLE_VLLM_HEALTH_CHECK", params.get("ENABLE_VLLM_HEALTH_CHECK", "false"))}

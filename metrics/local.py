@@ -11,9 +11,9 @@ from __future__ import annotations
 import enum
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
-
+from typing import Any
 
 # prometheus_client.Histogram's buckets when none are given.
 PROMETHEUS_DEFAULT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
@@ -137,7 +137,7 @@ class _LocalMetric:
         if not labelnames:
             self._series = store.add_series(self.spec, dict(constant_labels))
 
-    def labels(self, *values: Any, **kwvalues: Any) -> "_LocalMetric":
+    def labels(self, *values: Any, **kwvalues: Any) -> _LocalMetric:
         key = tuple(str(v) for v in values) if values else tuple(str(kwvalues[n]) for n in self._labelnames)
         if len(key) != len(self._labelnames):
             raise ValueError(f"{self.spec.name}: expected labels {self._labelnames}, got {key}")
@@ -145,7 +145,8 @@ class _LocalMetric:
         if child is None:
             child = object.__new__(type(self))
             child.spec, child._store = self.spec, self._store
-            child._series = self._store.add_series(self.spec, {**dict(zip(self._labelnames, key)), **self._constant})
+            labels = {**dict(zip(self._labelnames, key, strict=True)), **self._constant}
+            child._series = self._store.add_series(self.spec, labels)
             self._children[key] = child
         return child
 

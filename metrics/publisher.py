@@ -9,7 +9,8 @@ outlive `finalize()`.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from metrics.local import FamilySpec, Kind, MetricStore, Series
 

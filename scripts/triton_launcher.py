@@ -125,7 +125,7 @@ class TritonServer:
             *self.extra_args,
         ]
 
-    def start(self) -> "TritonServer":
+    def start(self) -> TritonServer:
         for port in (self.http_port, self.grpc_port, self.metrics_port):
             if not port_free(self.bind, port):
                 raise ServerFailed(f"port {port} on {self.bind} is already in use (another tritonserver?)")
@@ -197,7 +197,7 @@ class TritonServer:
         for name in shm_entries() - self._shm_before - in_use:
             (Path("/dev/shm") / name).unlink(missing_ok=True)
 
-    def __enter__(self) -> "TritonServer":
+    def __enter__(self) -> TritonServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

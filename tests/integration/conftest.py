@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from helpers import BASE_ENGINE, TINY_LORA, server_env, write_model
 from triton_launcher import TritonServer
 

@@ -10,7 +10,6 @@ from typing import Any
 
 import requests
 import yaml
-
 from triton_launcher import free_port
 
 
@@ -29,7 +28,7 @@ class Prometheus:
         self.config_path.write_text(yaml.safe_dump(config))
         self.process: subprocess.Popen[bytes] | None = None
 
-    def __enter__(self) -> "Prometheus":
+    def __enter__(self) -> Prometheus:
         binary = shutil.which("prometheus")
         assert binary, "prometheus is not installed (scripts/ensure_prometheus.sh installs it)"
         self.log = open(self.workdir / "prometheus.log", "wb")

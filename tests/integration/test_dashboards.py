@@ -6,10 +6,8 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import re
-from pathlib import Path
 
 import pytest
-
 from helpers import ROOT, generate, generate_stream, grpc_inputs, grpc_stream, run
 from prometheus_server import Prometheus
 

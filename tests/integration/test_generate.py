@@ -6,8 +6,7 @@ import json
 import math
 
 import pytest
-
-from helpers import TINY_MODEL, generate, generate_stream, grpc_inputs, grpc_stream, run, texts
+from helpers import TINY_MODEL, generate, generate_stream, grpc_inputs, grpc_stream, run
 
 PROMPT = "What is Triton?"
 GREEDY = {"temperature": 0, "max_tokens": 8, "ignore_eos": True}

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 import requests
-
 from helpers import generate, scrape, server_env, value, wait_until, write_model
 from triton_launcher import TritonServer
 
@@ -193,3 +192,35 @@ def test_monitor_off_keeps_the_official_behaviour(health_server):
     assert model_ready(health_server, model)  # nothing unloads it, as with the official backend
     status, body = generate(health_server, model, {"text_input": "Hi", "parameters": {"max_tokens": 2}})
     assert status >= 400 and "dead" in body["error"], body
+
+
+def test_engine_unhealthy_alert_fires_in_a_real_prometheus(health_server, tmp_path):
+    """The generated rules (test-only short `for`) loaded by a real Prometheus scraping this server."""
+    import dataclasses
+
+    import yaml
+    from helpers import ROOT
+    from prometheus_server import Prometheus
+
+    from alerts.definitions import panel_ids
+    from alerts.render import prometheus_groups
+    from dashboards.config import DEFAULT
+
+    config = dataclasses.replace(DEFAULT, unhealthy_for="1s")
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(yaml.safe_dump(prometheus_groups(config, panel_ids(ROOT / "dashboards" / "generated"))))
+    model = "h_restart"
+    wait_until(lambda: metric(health_server, "vllm_triton_engine_healthy", model) == 1, timeout=240, interval=1)
+    with Prometheus(tmp_path, [f"127.0.0.1:{health_server.metrics_port}"], [rules]) as prometheus:
+        prometheus.wait_for_scrapes(3)
+        assert not [a for a in prometheus.alerts() if a["labels"]["alertname"] == "VllmEngineUnhealthy"]
+        core, _ = engine_processes(model)
+        os.kill(core, signal.SIGKILL)
+
+        def firing() -> bool:
+            return any(a["labels"]["alertname"] == "VllmEngineUnhealthy" and a["labels"].get("model") == model
+                       and a["state"] == "firing" for a in prometheus.alerts())
+
+        wait_until(firing, timeout=30, interval=0.5)
+    # leave the model healthy again (restart) for whoever comes next
+    wait_until(lambda: metric(health_server, "vllm_triton_engine_healthy", model) == 1, timeout=240, interval=1)

@@ -8,9 +8,8 @@ import time
 
 import pytest
 import requests
-
 from conftest import LORA_ENGINE
-from helpers import (BASE_ENGINE, TINY_MODEL, generate, generate_stream, scrape, series, value, wait_until)
+from helpers import BASE_ENGINE, TINY_MODEL, generate, generate_stream, scrape, series, value, wait_until
 
 PROMPTS = ["What is Triton?", "Tell me about the metrics endpoint", "A", "one two three four five"]
 

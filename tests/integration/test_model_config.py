@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import pytest
 import requests
-
 from helpers import BASE_ENGINE, generate, server_env, write_model
 from triton_launcher import TritonServer
 

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from helpers import ROOT, generate, generate_stream, server_env
 from triton_launcher import SHM_GLOBS, free_port
 

@@ -16,7 +16,9 @@ class FakeView:
 
     def input(self, name):
         value = self._inputs.get(name)
-        return None if value is None else np.asarray(value, dtype=object if isinstance(value[0], (bytes, str)) else None)
+        if value is None:
+            return None
+        return np.asarray(value, dtype=object if isinstance(value[0], (bytes, str)) else None)
 
     def parameters(self):
         return self._parameters

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
+from backend.device import check_device
 from backend.errors import ConfigError, InvalidRequest
 from backend.lora import LoraRegistry
-from backend.device import check_device
 from backend.settings import BackendSettings
 
 

@@ -1,0 +1,215 @@
+"""Every alert and recording rule, defined once from `dashboards.config.Config`.
+
+Each alert carries its runbook text (rendered into alerts/runbook.md) and the dashboard panel that shows it;
+the renderers turn the same list into Prometheus rule files, a Kubernetes PrometheusRule and Grafana-managed
+alert rules.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dashboards.config import Config, LatencySLO
+from dashboards.promql import error_ratio
+
+ENGINE = "job, instance, model, model_instance, engine"
+INSTANCE = "job, instance, model, model_instance"
+MODEL = "job, instance, model"
+SLO_WINDOWS = ("5m", "30m", "1h", "2h", "6h", "1d", "3d")
+
+
+@dataclass(frozen=True)
+class RecordingRule:
+    record: str
+    expr: str
+
+
+@dataclass(frozen=True)
+class Alert:
+    name: str
+    expr: str  # a PromQL filter: the alert fires for every series it returns (values are > 0 when firing)
+    for_: str
+    severity: str
+    summary: str  # no templating; a sentence
+    description: str  # templated with $labels / $value
+    meaning: str  # runbook: what it means
+    check: str  # runbook: what to check
+    action: str  # runbook: what to do
+    dashboard: str  # dashboard uid
+    panel: str  # panel title on that dashboard
+    extra_labels: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def anchor(self) -> str:
+        return self.name.lower()
+
+
+def selector(config: Config, extra: str = "") -> str:
+    parts = [p for p in (config.triton_selector, extra) if p]
+    return "{" + ", ".join(parts) + "}" if parts else ""
+
+
+def matchers(config: Config) -> str:
+    """The configured selector without braces, for the shared PromQL helpers."""
+    return config.triton_selector
+
+
+def slo_record(slo: LatencySLO, window: str) -> str:
+    return f"model:vllm_triton_slo_{slo.name.lower()}_errors:ratio_rate{window}"
+
+
+def recording_rules(config: Config) -> list[RecordingRule]:
+    rules = []
+    for slo in config.slos:
+        le = 'le="' + f"{slo.threshold_s:g}" + '"'
+        good = f"{slo.histogram}_bucket{selector(config, le)}"
+        total = f"{slo.histogram}_count{selector(config)}"
+        for window in SLO_WINDOWS:
+            rules.append(RecordingRule(slo_record(slo, window), (
+                f"1 - (sum by ({MODEL}) (rate({good}[{window}])) / "
+                f"(sum by ({MODEL}) (rate({total}[{window}])) > 0))")))
+    return rules
+
+
+def alerts(config: Config) -> list[Alert]:
+    s = lambda extra="": selector(config, extra)  # noqa: E731
+    kv = f"max by ({ENGINE}) (vllm:kv_cache_usage_perc{s()})"
+    errors = error_ratio(matchers(config), matchers(config), MODEL, "5m")
+    found = [
+        Alert("VllmEngineUnhealthy", f"1 - max by ({INSTANCE}) (vllm_triton_engine_healthy{s()}) > 0",
+              config.unhealthy_for, "critical", "A vLLM engine is unhealthy and its model refuses requests.",
+              "Engine of {{ $labels.model_instance }} ({{ $labels.model }}) on {{ $labels.instance }} has been "
+              "unhealthy for " + config.unhealthy_for + ": requests fail with UNAVAILABLE.",
+              "The health monitor found the engine dead, hung (no progress with requests in flight) or not "
+              "answering its probes. Requests to this model instance fail fast until it recovers.",
+              "Triton's log for `[vllm] engine health:` lines (they give the cause); "
+              "vllm_triton_engine_restarts_total; the EngineCore and worker processes (`ps -ef | grep VLLM`); "
+              "host memory and the GPU (OOM kills, Xid errors).",
+              "With HEALTH_RECOVERY=restart the engine is replaced automatically; if restarts keep failing, "
+              "reload the model (explicit mode) or restart the server, and fix the cause in the log.",
+              "vllm-triton-health", "Engine healthy"),
+        Alert("VllmEngineStalled",
+              f"(max by ({INSTANCE}) (vllm_triton_requests_in_flight{s()}) > 0) and on ({INSTANCE}) "
+              f"(max by ({INSTANCE}) (vllm_triton_metrics_seconds_since_last_record{s()}) > "
+              f"{config.stall_seconds:g})",
+              config.stall_for, "critical", "A vLLM engine has requests in flight but makes no progress.",
+              "{{ $labels.model_instance }} on {{ $labels.instance }} has requests in flight and vLLM has reported "
+              "no engine step for over " + f"{config.stall_seconds:g}" + " s.",
+              "Requests are accepted but the engine does not step: a hang (deadlock, stuck collective, stopped "
+              "process) that vLLM's own dead-engine check does not see.",
+              "Whether the health monitor is on (ENABLE_VLLM_HEALTH_CHECK) and what it logged; py-spy dump of the "
+              "EngineCore and worker processes; GPU state.",
+              "Turn the health monitor on so hung engines are restarted automatically; otherwise restart the "
+              "model or the server, and capture stacks before you do.",
+              "vllm-triton-health", "Seconds since engine progress"),
+        Alert("VllmMetricsAbsent",
+              f"(up{s()} == 1) unless on (job, instance) group by (job, instance) "
+              f"(vllm:num_requests_running{s()})",
+              config.absent_for, "warning", "A Triton target is up but exports no vLLM metrics.",
+              "{{ $labels.instance }} ({{ $labels.job }}) is scraped but has no vllm: series.",
+              "Triton answers but none of its models publishes vLLM's metrics, so dashboards and the other "
+              "alerts are blind for this target.",
+              "config.pbtxt has REPORT_CUSTOM_METRICS \"true\"; model.json does not set disable_log_stats; the "
+              "server does not run with --allow-metrics=false; Triton's log line `[vllm] metrics: off for …` "
+              "names the switch that is off.",
+              "Turn the switch named in the log on and reload the model, or narrow triton_selector so this "
+              "alert only watches vLLM servers.",
+              "vllm-triton-overview", "Requests/s"),
+        Alert("TritonTargetDown", f"1 - up{s()} > 0", config.target_down_for, "critical",
+              "A Triton metrics target is down.",
+              "Prometheus cannot scrape {{ $labels.instance }} ({{ $labels.job }}).",
+              "The Triton server is down, restarting, or its metrics port is unreachable.",
+              "The tritonserver process and its log; the metrics port (8002) and network policy.",
+              "Restart the server or fix the network path; check why it stopped (OOM, crash).",
+              "vllm-triton-server", "Triton successes vs vLLM finished requests"),
+        Alert("VllmHighErrorRatio", f"{errors} > {config.error_ratio_warning:g}",
+              config.error_ratio_warning_for, "warning", "Many requests to a vLLM model fail.",
+              "{{ $value | humanizePercentage }} of requests to {{ $labels.model }} on {{ $labels.instance }} "
+              "failed over 5m.",
+              "Requests end with an engine error (vLLM finished_reason=\"error\") or a Triton failure "
+              "(cancellations excluded).",
+              "Triton's log for `[vllm] generation failed` lines; vllm_triton_requests_finished_total by outcome; "
+              "engine health.",
+              "Fix the cause in the log; if the engine is unhealthy, see VllmEngineUnhealthy.",
+              "vllm-triton-overview", "Error ratio"),
+        Alert("VllmHighErrorRatio", f"{errors} > {config.error_ratio_critical:g}",
+              config.error_ratio_critical_for, "critical", "Many requests to a vLLM model fail.",
+              "{{ $value | humanizePercentage }} of requests to {{ $labels.model }} on {{ $labels.instance }} "
+              "failed over 5m.",
+              "", "", "", "vllm-triton-overview", "Error ratio"),
+        Alert("VllmKVCacheHigh", f"{kv} > {config.kv_cache_warning:g}", config.kv_cache_warning_for, "warning",
+              "A vLLM engine's KV cache is nearly full.",
+              "KV cache of {{ $labels.model_instance }} engine {{ $labels.engine }} is "
+              "{{ $value | humanizePercentage }} full.",
+              "Running requests hold almost all KV-cache blocks; new requests queue and running ones may be "
+              "preempted.",
+              "vllm:num_requests_waiting, preemptions, prompt and generation lengths, prefix-cache hit ratio.",
+              "Add capacity (instances, GPU memory via gpu_memory_utilization), lower max_num_seqs or "
+              "max_model_len, or shed load.",
+              "vllm-triton-saturation", "KV-cache usage (max and mean)"),
+        Alert("VllmKVCacheHigh", f"{kv} > {config.kv_cache_critical:g}", config.kv_cache_critical_for,
+              "critical", "A vLLM engine's KV cache is nearly full.",
+              "KV cache of {{ $labels.model_instance }} engine {{ $labels.engine }} is "
+              "{{ $value | humanizePercentage }} full.", "", "", "", "vllm-triton-saturation",
+              "KV-cache usage (max and mean)"),
+        Alert("VllmRequestsQueueing",
+              f"sum by ({INSTANCE}) (vllm:num_requests_waiting{s()}) > {config.waiting_requests_warning:g}",
+              config.waiting_requests_for, "warning", "Requests are queueing in a vLLM engine.",
+              "{{ $value }} requests wait in {{ $labels.model_instance }} on {{ $labels.instance }}.",
+              "The engine cannot admit requests as fast as they arrive; time to first token grows.",
+              "KV-cache usage, vllm:num_requests_waiting_by_reason, the request rate.",
+              "Scale out (more instances or replicas), or reduce prompt/generation lengths.",
+              "vllm-triton-saturation", "Waiting requests by reason"),
+        Alert("VllmHighPreemptionRate",
+              f"sum by ({INSTANCE}) (rate(vllm:num_preemptions_total{s()}[5m])) > "
+              f"{config.preemptions_per_s_warning:g}",
+              config.preemptions_for, "warning", "A vLLM engine preempts requests often.",
+              "{{ $labels.model_instance }} preempts {{ $value | humanize }} requests/s.",
+              "The KV cache runs out during generation and the scheduler evicts running requests, which must "
+              "recompute: throughput drops and latency grows.",
+              "KV-cache usage, batch size (tokens per step), generation lengths.",
+              "Give the engine more KV cache or admit fewer concurrent sequences (max_num_seqs).",
+              "vllm-triton-saturation", "Preemptions/s"),
+        Alert("VllmMetricsUpdatesDropped",
+              f"sum by ({INSTANCE}) (increase(vllm_triton_metrics_dropped_updates_total{s()}[10m])) > 0",
+              config.dropped_updates_for, "warning", "The backend's metrics exporter drops updates.",
+              "{{ $labels.model_instance }} dropped {{ $value | humanize }} metric updates in 10m.",
+              "Histogram observations arrive faster than the exporter publishes them to Triton; some latency "
+              "observations are missing from the histograms.",
+              "vllm_triton_metrics_pending_updates and the server's CPU load.",
+              "Usually transient under extreme load; if sustained, report it with the load figures.",
+              "vllm-triton-health", "Pending and dropped metric updates"),
+    ]
+    for slo in config.slos:
+        budget = 1 - slo.objective
+        for window in config.burn_windows:
+            found.append(Alert(
+                f"Vllm{slo.name}ErrorBudgetBurn",
+                f"({slo_record(slo, window.long)} > ({window.factor:g} * {budget:g})) and "
+                f"({slo_record(slo, window.short)} > ({window.factor:g} * {budget:g}))",
+                window.for_, window.severity,
+                f"A vLLM model burns its {slo.description} error budget too fast.",
+                f"{{{{ $labels.model }}}} on {{{{ $labels.instance }}}}: {{{{ $value | humanizePercentage }}}} of "
+                f"requests over {window.long} exceed {slo.threshold_s:g} s {slo.description} (budget "
+                f"{budget:.2%}, burn rate > {window.factor:g}).",
+                f"More than {window.factor:g}× the allowed share of requests ({budget:.2%}) miss the "
+                f"{slo.description} objective ({slo.objective:.2%} ≤ {slo.threshold_s:g} s over 30 days) in both "
+                f"the {window.long} and the {window.short} windows.",
+                "The latency dashboard's distributions and phase breakdown; queueing and KV-cache pressure; a "
+                "recent deploy or traffic change.",
+                "Shed or shift load, add capacity, or roll back; a slow burn (warning) can wait for working hours.",
+                "vllm-triton-overview", f"{slo.name} SLO attainment",
+                {"long_window": window.long, "short_window": window.short}))
+    return found
+
+
+def panel_ids(generated: Path) -> dict[tuple[str, str], int]:
+    """(dashboard uid, panel title) → panel id, from the generated dashboards."""
+    ids = {}
+    for path in generated.glob("*.json"):
+        board = json.loads(path.read_text())
+        for panel in board["panels"]:
+            ids[(board["uid"], panel["title"])] = panel["id"]
+    return ids

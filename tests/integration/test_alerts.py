@@ -1,0 +1,260 @@
+"""Alert rules: promtool check and unit tests for every alert, lint, metric contract, Grafana rule round trip.
+
+The promtool scenarios use the checked-in generated rules (annotations stripped, since their expansion is
+tested separately) and hard-coded input series, so they test the real expressions against real Prometheus
+semantics: `_total` names, rate windows, `for` durations and threshold boundaries.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+
+import pytest
+import yaml
+from helpers import ROOT
+
+GENERATED = ROOT / "alerts" / "generated"
+RULES = GENERATED / "prometheus-rules.yaml"
+GROUP = {"job": "triton", "instance": "h:8002", "model": "m", "model_instance": "m_0_0"}
+LABELS = 'job="triton", instance="h:8002", model="m", model_instance="m_0_0", version="1"'
+VLLM = LABELS + ', engine="0", model_name="x"'
+
+
+def promtool(*args: str) -> subprocess.CompletedProcess[str]:
+    binary = shutil.which("promtool")
+    assert binary, "promtool is not installed (scripts/ensure_prometheus.sh installs it)"
+    return subprocess.run([binary, *args], capture_output=True, text=True, timeout=120)
+
+
+def rules() -> list[dict]:
+    return [r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]]
+
+
+def alert_rules() -> list[dict]:
+    return [r for r in rules() if "alert" in r]
+
+
+def test_generated_files_are_up_to_date():
+    from alerts.build import main
+
+    assert main(["--check"]) == 0, "run `make alerts`"
+
+
+def test_promtool_checks_every_rule_file(tmp_path):
+    result = promtool("check", "rules", str(RULES))
+    assert result.returncode == 0, result.stdout + result.stderr
+    spec = yaml.safe_load((GENERATED / "prometheusrule.yaml").read_text())["spec"]
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
+    result = promtool("check", "rules", str(tmp_path / "spec.yaml"))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_alert_is_well_formed():
+    runbook = (ROOT / "alerts" / "runbook.md").read_text()
+    from alerts.definitions import panel_ids
+
+    panels = panel_ids(ROOT / "dashboards" / "generated")
+    for rule in alert_rules():
+        name, annotations = rule["alert"], rule["annotations"]
+        assert re.fullmatch(r"[A-Z][A-Za-z0-9]+", name) and len(name) <= 40, name
+        assert rule["labels"]["severity"] in {"info", "warning", "critical"}, name
+        summary = annotations["summary"]
+        assert "{{" not in summary and summary[0].isupper() and summary.endswith("."), (name, summary)
+        assert "{{" in annotations["description"], (name, "description must be templated")
+        anchor = annotations["runbook_url"].split("#", 1)[1]
+        assert f"\n## {name}\n" in runbook and anchor == name.lower(), name
+        uid, panel = re.fullmatch(r"/d/([\w-]+)\?viewPanel=(\d+)", annotations["dashboard_url"]).groups()
+        assert (uid, int(panel)) in {(u, i) for (u, _), i in panels.items()}, name
+
+
+def test_every_series_a_rule_uses_is_exported():
+    from dashboards.config import TRITON_METRICS
+    from metrics.catalogue import catalogue
+
+    known = {e.spec.name for e in catalogue()} | set(TRITON_METRICS) | {"up"}
+    known |= {r["record"] for r in rules() if "record" in r}
+    for rule in rules():
+        expr = re.sub(r"\b(by|on)\s*\([^)]*\)", "", rule["expr"])  # label lists are not metrics
+        for name in re.findall(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{|\[| >| ==|\))", expr):
+            if name in {"by", "on", "and", "unless", "rate", "increase", "max", "sum", "group", "or"}:
+                continue
+            base = re.sub(r"_(bucket|count|sum)$", "", name)
+            assert name in known or base in known, (rule.get("alert") or rule.get("record"), name)
+
+
+def test_grafana_rules_round_trip_through_the_sdk():
+    from grafana_foundation_sdk.cog.plugins import register_default_plugins
+    from grafana_foundation_sdk.models.alerting import Rule
+
+    register_default_plugins()
+    provisioning = json.loads((GENERATED / "grafana-alert-rules.json").read_text())
+    grafana_rules = provisioning["groups"][0]["rules"]
+    assert len(grafana_rules) == len(alert_rules())
+    assert len({r["title"] for r in grafana_rules}) == len(grafana_rules)  # unique titles in the group
+    for rule in grafana_rules:
+        again = Rule.from_json(rule).to_json()
+        assert json.loads(json.dumps(again, default=lambda o: o.to_json())) == rule, rule["title"]
+        assert "model:vllm_triton_slo" not in json.dumps(rule)  # recording rules are inlined for Grafana
+
+
+# -- promtool unit tests ---------------------------------------------------------------------------------
+def fired(alert: str, at: str, *labelsets: dict) -> dict:
+    return {"eval_time": at, "alertname": alert, "exp_alerts": [{"exp_labels": labels} for labels in labelsets]}
+
+
+def quiet(alert: str, at: str) -> dict:
+    return {"eval_time": at, "alertname": alert, "exp_alerts": []}
+
+
+def burn_series(histogram: str, le: str, good_per_min: int, labels: str = VLLM) -> list[dict]:
+    return [{"series": f'{histogram}_bucket{{{labels}, le="{le}"}}', "values": f"0+{good_per_min}x60"},
+            {"series": f"{histogram}_count{{{labels}}}", "values": "0+100x60"}]
+
+
+def burn(severity: str, long: str, short: str) -> dict:
+    return {"job": "triton", "instance": "h:8002", "model": "m", "severity": severity, "long_window": long,
+            "short_window": short}
+
+
+CRIT = dict(GROUP, severity="critical")
+WARN = dict(GROUP, severity="warning")
+SCENARIOS = {
+    "VllmEngineUnhealthy": [{
+        "input_series": [{"series": f"vllm_triton_engine_healthy{{{LABELS}}}", "values": "1 1 0 0 0 0"},
+                         {"series": f'vllm_triton_engine_healthy{{{LABELS.replace("m_0_0", "m_0_1")}}}',
+                          "values": "1 1 1 1 1 1"}],
+        "alert_rule_test": [quiet("VllmEngineUnhealthy", "1m"), quiet("VllmEngineUnhealthy", "2m"),
+                            fired("VllmEngineUnhealthy", "3m", CRIT)]}],
+    "VllmEngineStalled": [{
+        "input_series": [
+            {"series": f"vllm_triton_requests_in_flight{{{LABELS}}}", "values": "2x10"},
+            {"series": f"vllm_triton_metrics_seconds_since_last_record{{{LABELS}}}", "values": "0+30x10"},
+            {"series": f'vllm_triton_requests_in_flight{{{LABELS.replace("m_0_0", "idle")}}}', "values": "0x10"},
+            {"series": f'vllm_triton_metrics_seconds_since_last_record{{{LABELS.replace("m_0_0", "idle")}}}',
+             "values": "1000x10"}],
+        # 120 s at 4m is not over the threshold; 150 s at 5m starts the 1m `for`.
+        "alert_rule_test": [quiet("VllmEngineStalled", "4m"), quiet("VllmEngineStalled", "5m"),
+                            fired("VllmEngineStalled", "6m", CRIT)]}],
+    "VllmMetricsAbsent": [{
+        "input_series": [{"series": 'up{job="triton", instance="a:8002"}', "values": "1x10"},
+                         {"series": 'up{job="triton", instance="b:8002"}', "values": "1x10"},
+                         {"series": 'vllm:num_requests_running{job="triton", instance="b:8002", model="m"}',
+                          "values": "0x10"}],
+        "alert_rule_test": [quiet("VllmMetricsAbsent", "4m"),
+                            fired("VllmMetricsAbsent", "5m", {"job": "triton", "instance": "a:8002",
+                                                              "severity": "warning"})]}],
+    "TritonTargetDown": [{
+        "input_series": [{"series": 'up{job="triton", instance="a:8002"}', "values": "0x10"},
+                         {"series": 'up{job="triton", instance="b:8002"}', "values": "1x10"}],
+        "alert_rule_test": [quiet("TritonTargetDown", "4m"),
+                            fired("TritonTargetDown", "5m", {"job": "triton", "instance": "a:8002",
+                                                             "severity": "critical"})]}],
+    "VllmHighErrorRatio": [
+        {  # 2 errors per 100 finished: warning (> 1 %) only; cancellations do not count as errors
+            "input_series": [
+                {"series": f'vllm:request_success_total{{{VLLM}, finished_reason="stop"}}', "values": "0+98x30"},
+                {"series": f'vllm:request_success_total{{{VLLM}, finished_reason="error"}}', "values": "0+2x30"},
+                {"series": f'nv_inference_request_failure{{{LABELS}, reason="CANCELED"}}', "values": "0+50x30"}],
+            "alert_rule_test": [quiet("VllmHighErrorRatio", "9m"),
+                                fired("VllmHighErrorRatio", "12m", {**GROUP, "severity": "warning"} | {
+                                    "model_instance": None})]},
+        {  # 10 % with Triton backend failures: critical after 2m
+            "input_series": [
+                {"series": f'vllm:request_success_total{{{VLLM}, finished_reason="stop"}}', "values": "0+90x30"},
+                {"series": f'nv_inference_request_failure{{{LABELS}, reason="BACKEND"}}', "values": "0+10x30"}],
+            "alert_rule_test": [fired("VllmHighErrorRatio", "5m", {"job": "triton", "instance": "h:8002",
+                                                                   "model": "m", "severity": "critical"})]},
+        {  # just under the threshold: 0.9 %
+            "input_series": [
+                {"series": f'vllm:request_success_total{{{VLLM}, finished_reason="stop"}}', "values": "0+991x30"},
+                {"series": f'vllm:request_success_total{{{VLLM}, finished_reason="error"}}', "values": "0+9x30"}],
+            "alert_rule_test": [quiet("VllmHighErrorRatio", "25m")]}],
+    "VllmKVCacheHigh": [{
+        "input_series": [{"series": f"vllm:kv_cache_usage_perc{{{VLLM}}}", "values": "0.92x20"},
+                         {"series": f'vllm:kv_cache_usage_perc{{{VLLM.replace("m_0_0", "full")}}}',
+                          "values": "0.96x20"},
+                         {"series": f'vllm:kv_cache_usage_perc{{{VLLM.replace("m_0_0", "edge")}}}',
+                          "values": "0.9x20"}],
+        "alert_rule_test": [
+            fired("VllmKVCacheHigh", "5m", {**GROUP, "model_instance": "full", "engine": "0",
+                                            "severity": "critical"}),
+            fired("VllmKVCacheHigh", "10m", {**GROUP, "engine": "0", "severity": "warning"},
+                  {**GROUP, "model_instance": "full", "engine": "0", "severity": "warning"},
+                  {**GROUP, "model_instance": "full", "engine": "0", "severity": "critical"})]}],
+    "VllmRequestsQueueing": [{
+        "input_series": [{"series": f"vllm:num_requests_waiting{{{VLLM}}}", "values": "51x10"},
+                         {"series": f'vllm:num_requests_waiting{{{VLLM.replace("m_0_0", "edge")}}}',
+                          "values": "50x10"}],
+        "alert_rule_test": [quiet("VllmRequestsQueueing", "4m"),
+                            fired("VllmRequestsQueueing", "5m", WARN)]}],
+    "VllmHighPreemptionRate": [{
+        "input_series": [{"series": f"vllm:num_preemptions_total{{{VLLM}}}", "values": "0+120x20"},
+                         {"series": f'vllm:num_preemptions_total{{{VLLM.replace("m_0_0", "edge")}}}',
+                          "values": "0+54x20"}],
+        "alert_rule_test": [quiet("VllmHighPreemptionRate", "3m"),
+                            fired("VllmHighPreemptionRate", "10m", WARN)]}],
+    "VllmMetricsUpdatesDropped": [{
+        "input_series": [{"series": f"vllm_triton_metrics_dropped_updates_total{{{LABELS}}}",
+                          "values": "0 0 0 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5"},
+                         {"series": f'vllm_triton_metrics_dropped_updates_total{{{LABELS.replace("m_0_0", "ok")}}}',
+                          "values": "0x25"}],
+        # one drop at 3m: pending while it is within the 10m window, firing after 5m, resolved once it left
+        "alert_rule_test": [quiet("VllmMetricsUpdatesDropped", "7m"),
+                            fired("VllmMetricsUpdatesDropped", "9m", WARN),
+                            quiet("VllmMetricsUpdatesDropped", "14m")]}],
+}
+for _slo, _hist, _le in (("TTFT", "vllm:time_to_first_token_seconds", "2.5"),
+                         ("InterToken", "vllm:inter_token_latency_seconds", "0.2"),
+                         ("EndToEnd", "vllm:e2e_request_latency_seconds", "60")):
+    _name = f"Vllm{_slo}ErrorBudgetBurn"
+    SCENARIOS[_name] = [
+        {"input_series": burn_series(_hist, _le, 80),  # 20 % bad: both fast-burn pages after their `for`
+         "alert_rule_test": [fired(_name, "20m", burn("critical", "1h", "5m"), burn("critical", "6h", "30m"))]},
+        {"input_series": burn_series(_hist, _le, 88),  # 12 %: under 14.4 × 1 %, over 6 × 1 %
+         "alert_rule_test": [fired(_name, "20m", burn("critical", "6h", "30m"))]},
+        {"input_series": burn_series(_hist, _le, 100),  # every request within the SLO
+         "alert_rule_test": [quiet(_name, "50m")]}]
+
+
+def _clean(test: dict) -> dict:
+    for case in test["alert_rule_test"]:
+        for expected in case["exp_alerts"]:
+            expected["exp_labels"] = {k: v for k, v in expected["exp_labels"].items() if v is not None}
+    return {"interval": "1m", **test}
+
+
+def test_every_alert_has_a_promtool_scenario():
+    assert {r["alert"] for r in alert_rules()} == set(SCENARIOS)
+
+
+@pytest.mark.parametrize("alert", sorted(SCENARIOS))
+def test_promtool_unit(alert, tmp_path):
+    groups = yaml.safe_load(RULES.read_text())
+    for group in groups["groups"]:
+        for rule in group["rules"]:
+            rule.pop("annotations", None)
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(groups))
+    tests = {"rule_files": ["rules.yaml"], "evaluation_interval": "1m",
+             "tests": [_clean(json.loads(json.dumps(t))) for t in SCENARIOS[alert]]}
+    (tmp_path / "test.yaml").write_text(yaml.safe_dump(tests))
+    result = promtool("test", "rules", str(tmp_path / "test.yaml"))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_annotations_expand(tmp_path):
+    shutil.copy(RULES, tmp_path / "rules.yaml")
+    rule = next(r for r in alert_rules() if r["alert"] == "VllmEngineUnhealthy")
+    expected = dict(rule["annotations"])
+    expected["description"] = ("Engine of m_0_0 (m) on h:8002 has been unhealthy for 1m: requests fail with "
+                               "UNAVAILABLE.")
+    tests = {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m",
+        "input_series": [{"series": f"vllm_triton_engine_healthy{{{LABELS}}}", "values": "0x5"}],
+        "alert_rule_test": [{"eval_time": "3m", "alertname": "VllmEngineUnhealthy",
+                             "exp_alerts": [{"exp_labels": CRIT, "exp_annotations": expected}]}]}]}
+    (tmp_path / "test.yaml").write_text(yaml.safe_dump(tests))
+    result = promtool("test", "rules", str(tmp_path / "test.yaml"))
+    assert result.returncode == 0, result.stdout + result.stderr
