@@ -1,6 +1,6 @@
 # Every target runs scripts/setup.sh first: it is idempotent and takes seconds once the venv exists.
 SHELL := /bin/bash
-.PHONY: setup serve test test-unit lint dashboards alerts install-backend clean
+.PHONY: setup serve test test-unit lint dashboards alerts bench install-backend clean
 
 setup:
 	@bash scripts/setup.sh
@@ -23,6 +23,9 @@ dashboards: setup
 
 alerts: setup
 	@source scripts/env.sh && python -m alerts.build
+
+bench: setup
+	@source scripts/env.sh && python scripts/bench.py $(BENCH_ARGS)
 
 clean:
 	rm -rf .build .bench

@@ -1,0 +1,400 @@
+"""make bench: the same streaming workload through bare AsyncLLM and through Triton with this backend.
+
+Configurations, run in interleaved rounds (a b c d a b c d …) so that machine drift hits all alike:
+  a  vLLM's AsyncLLM directly, in this process
+  b  tritonserver + this backend, metrics off
+  c  metrics on (REPORT_CUSTOM_METRICS)
+  d  metrics and the health monitor on
+b, c and d are three models of one tritonserver; a model is idle while another is measured.
+Prints a table and writes JSON (default .bench/latest.json). Options: see --help (or BENCH_ARGS for make).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
+
+from triton_launcher import TritonServer  # noqa: E402
+
+TINY_MODEL = ROOT / "samples" / "model_repository" / "vllm_model" / "1" / "tiny-llama"
+ENGINE = {"model": str(TINY_MODEL), "dtype": "float32", "enforce_eager": True, "max_model_len": 1024}
+CONFIGS = {
+    "a": ("direct AsyncLLM", None),
+    "b": ("Triton, metrics off", {}),
+    "c": ("Triton, metrics on", {"REPORT_CUSTOM_METRICS": "true"}),
+    "d": ("Triton, metrics + health", {"REPORT_CUSTOM_METRICS": "true", "ENABLE_VLLM_HEALTH_CHECK": "true"}),
+}
+PROMPT = "Benchmark request {i}: the quick brown fox jumps over the lazy dog while the server streams tokens."
+
+
+@dataclass
+class Run:
+    """One configuration in one round."""
+
+    tokens: int = 0
+    seconds: float = 0.0
+    ttft: list[float] = field(default_factory=list)
+    itl: list[float] = field(default_factory=list)
+    scrape: list[float] = field(default_factory=list)
+    peak_rss_mib: float = 0.0
+    errors: int = 0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds else 0.0
+
+
+def say(message: str) -> None:
+    print(f"\033[1m[bench]\033[0m {message}", flush=True)
+
+
+# -- processes and memory ----------------------------------------------------------------------------
+def _rss_mib(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry))
+            except (OSError, ValueError, IndexError):
+                continue
+    return found
+
+
+def _tree(pid: int) -> list[int]:
+    pids, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        pids.append(p)
+        todo.extend(_children(p))
+    return pids
+
+
+def _stub_of(server_pid: int, model: str) -> int | None:
+    for child in _children(server_pid):
+        try:
+            if f"/{model}/1/model.py" in Path(f"/proc/{child}/cmdline").read_text(errors="replace"):
+                return child
+        except OSError:
+            continue
+    return None
+
+
+class RssSampler(threading.Thread):
+    """Peak total RSS of the processes a configuration uses, sampled every 0.2 s."""
+
+    def __init__(self, roots: list[int]) -> None:
+        super().__init__(daemon=True)
+        self.roots, self.peak, self.stop = roots, 0.0, threading.Event()
+
+    def run(self) -> None:
+        while True:
+            self.peak = max(self.peak, sum(_rss_mib(p) for root in self.roots for p in _tree(root)))
+            if self.stop.wait(0.2):
+                return
+
+
+# -- clients ------------------------------------------------------------------------------------------
+async def direct_round(engine, concurrency: int, tokens: int) -> Run:
+    from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
+
+    run = Run()
+
+    async def one(i: int) -> None:
+        params = SamplingParams(max_tokens=tokens, ignore_eos=True, temperature=0,
+                                output_kind=RequestOutputKind.DELTA)
+        start = last = time.perf_counter()
+        first = True
+        async for out in engine.generate(PROMPT.format(i=i), params, uuid.uuid4().hex):
+            now = time.perf_counter()
+            n = len(out.outputs[0].token_ids)
+            if n:
+                if first:
+                    run.ttft.append(now - start)
+                    first = False
+                else:
+                    run.itl.extend([(now - last) / n] * n)
+                last = now
+                run.tokens += n
+
+    begin = time.perf_counter()
+    await asyncio.gather(*(one(i) for i in range(concurrency)))
+    run.seconds = time.perf_counter() - begin
+    return run
+
+
+async def triton_round(server: TritonServer, model: str, concurrency: int, tokens: int,
+                       scrape: bool) -> Run:
+    import tritonclient.grpc as grpcclient
+    import tritonclient.grpc.aio as aioclient
+
+    run = Run()
+    client = aioclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+
+    def inputs(i: int) -> list:
+        def tensor(name: str, value: np.ndarray, dtype: str):
+            t = grpcclient.InferInput(name, list(value.shape), dtype)
+            t.set_data_from_numpy(value)
+            return t
+
+        sampling = json.dumps({"max_tokens": tokens, "ignore_eos": True, "temperature": 0}).encode()
+        return [tensor("text_input", np.array([PROMPT.format(i=i).encode()], dtype=object), "BYTES"),
+                tensor("stream", np.array([True]), "BOOL"),
+                tensor("sampling_parameters", np.array([sampling], dtype=object), "BYTES"),
+                tensor("return_num_output_tokens", np.array([True]), "BOOL")]
+
+    async def one(i: int) -> None:
+        async def request():
+            yield {"model_name": model, "inputs": inputs(i), "request_id": str(i)}
+
+        start = last = time.perf_counter()
+        first = True
+        async for result, error in client.stream_infer(request()):
+            now = time.perf_counter()
+            if error is not None:
+                run.errors += 1
+                return
+            n = int(result.as_numpy("num_output_tokens")[0])
+            if n:
+                if first:
+                    run.ttft.append(now - start)
+                    first = False
+                else:
+                    run.itl.extend([(now - last) / n] * n)
+                last = now
+                run.tokens += n
+            final = result.get_response().parameters.get("triton_final_response")
+            if final is not None and final.bool_param:
+                return
+
+    async def scraper() -> None:
+        import aiohttp
+
+        async with aiohttp.ClientSession() as session:
+            while True:
+                began = time.perf_counter()
+                async with session.get(server.metrics_url) as response:
+                    await response.read()
+                run.scrape.append(time.perf_counter() - began)
+                await asyncio.sleep(0.5)
+
+    scraping = asyncio.create_task(scraper()) if scrape else None
+    begin = time.perf_counter()
+    await asyncio.gather(*(one(i) for i in range(concurrency)))
+    run.seconds = time.perf_counter() - begin
+    if scraping is not None:
+        scraping.cancel()
+        await asyncio.gather(scraping, return_exceptions=True)
+    await client.close()
+    return run
+
+
+# -- orchestration -----------------------------------------------------------------------------------
+def pct(values: list[float], q: float) -> float | None:
+    return float(np.percentile(values, q)) if values else None
+
+
+def summarize(runs: list[Run]) -> dict:
+    def median_range(values: list[float | None]) -> dict:
+        present = [v for v in values if v is not None]
+        if not present:
+            return {"median": None, "min": None, "max": None}
+        return {"median": statistics.median(present), "min": min(present), "max": max(present)}
+
+    return {
+        "tokens_per_s": median_range([r.tokens_per_s for r in runs]),
+        "ttft_p50_ms": median_range([_ms(pct(r.ttft, 50)) for r in runs]),
+        "ttft_p99_ms": median_range([_ms(pct(r.ttft, 99)) for r in runs]),
+        "itl_p50_ms": median_range([_ms(pct(r.itl, 50)) for r in runs]),
+        "itl_p99_ms": median_range([_ms(pct(r.itl, 99)) for r in runs]),
+        "scrape_p50_ms": median_range([_ms(pct(r.scrape, 50)) for r in runs]),
+        "scrape_p99_ms": median_range([_ms(pct(r.scrape, 99)) for r in runs]),
+        "peak_rss_mib": max((r.peak_rss_mib for r in runs), default=0.0),
+        "errors": sum(r.errors for r in runs),
+        "rounds": [asdict(r) | {"tokens_per_s": r.tokens_per_s} for r in runs],
+    }
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000
+
+
+def ratio(results: dict, top: str, bottom: str) -> float | None:
+    if top not in results or bottom not in results:
+        return None
+    a, b = results[top]["tokens_per_s"]["median"], results[bottom]["tokens_per_s"]["median"]
+    return a / b if a and b else None
+
+
+def machine() -> dict:
+    mem = Path("/proc/meminfo").read_text().split("\n")[0].split()[1]
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor())
+    import vllm
+
+    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(int(mem) / 2**20, 1),
+            "python": platform.python_version(), "vllm": vllm.__version__, "platform": platform.platform(),
+            "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE"),
+            "VLLM_CPU_NUM_OF_RESERVED_CPU": os.environ.get("VLLM_CPU_NUM_OF_RESERVED_CPU")}
+
+
+def write_repository(root: Path, configs: list[str]) -> None:
+    for key in configs:
+        params = CONFIGS[key][1]
+        if params is None:
+            continue
+        model_dir = root / f"bench_{key}"
+        (model_dir / "1").mkdir(parents=True)
+        lines = ['backend: "vllm"', "instance_group [{ count: 1 kind: KIND_MODEL }]"]
+        lines += [f'parameters: {{ key: "{k}" value: {{ string_value: "{v}" }} }}' for k, v in params.items()]
+        (model_dir / "config.pbtxt").write_text("\n".join(lines) + "\n")
+        (model_dir / "1" / "model.json").write_text(json.dumps(ENGINE))
+
+
+async def start_direct():
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    return AsyncLLM.from_engine_args(AsyncEngineArgs(**ENGINE, disable_log_stats=True))
+
+
+async def stop_direct(engine) -> None:
+    """Shut the engine down and let its output handler finish before the loop closes."""
+    engine.shutdown()
+    pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+
+
+def table(results: dict, ratios: dict) -> str:
+    def fmt(value: float | None, digits: int = 0) -> str:
+        return "—" if value is None else f"{value:,.{digits}f}"
+
+    rows = ["| config | tokens/s (min–max) | TTFT p50 / p99 ms | ITL p50 / p99 ms | scrape p50 / p99 ms "
+            "| peak RSS MiB |", "|---|---|---|---|---|---|"]
+    for key, result in results.items():
+        t = result["tokens_per_s"]
+        rows.append(
+            f"| {key}: {CONFIGS[key][0]} | {fmt(t['median'])} ({fmt(t['min'])}–{fmt(t['max'])}) | "
+            f"{fmt(result['ttft_p50_ms']['median'], 1)} / {fmt(result['ttft_p99_ms']['median'], 1)} | "
+            f"{fmt(result['itl_p50_ms']['median'], 1)} / {fmt(result['itl_p99_ms']['median'], 1)} | "
+            f"{fmt(result['scrape_p50_ms']['median'], 1)} / {fmt(result['scrape_p99_ms']['median'], 1)} | "
+            f"{fmt(result['peak_rss_mib'])} |")
+    rows.append("")
+    rows += [f"{name}: {fmt(value, 3) if 'ratio' in name or 'over' in name else fmt(value, 1)}"
+             for name, value in ratios.items()]
+    return "\n".join(rows)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--configs", default="a,b,c,d", help="which of a,b,c,d to run")
+    parser.add_argument("--warmup", type=int, default=1, help="unmeasured warm-up rounds")
+    parser.add_argument("--output", default=str(ROOT / ".bench" / "latest.json"))
+    args = parser.parse_args(argv)
+    configs = [c for c in args.configs.split(",") if c]
+    unknown = set(configs) - set(CONFIGS)
+    if unknown:
+        parser.error(f"unknown configurations {sorted(unknown)}; choose among a,b,c,d")
+
+    runs: dict[str, list[Run]] = {c: [] for c in configs}
+    with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+        write_repository(Path(tmp), configs)
+        server = None
+        if any(CONFIGS[c][1] is not None for c in configs):
+            say("starting tritonserver with one model per Triton configuration (≈ 1 min)")
+            server = TritonServer(Path(tmp), log_path=ROOT / ".build" / "bench-tritonserver.log").start()
+            server.wait_ready(timeout=900)
+        loop = asyncio.new_event_loop()
+        try:
+            engine = None
+            if "a" in configs:
+                say("starting vLLM's AsyncLLM in this process (≈ 30 s)")
+                engine = loop.run_until_complete(start_direct())
+            total = args.warmup + args.rounds
+            for round_index in range(total):
+                warm = round_index < args.warmup
+                for key in configs:
+                    label = "warm-up" if warm else f"round {round_index - args.warmup + 1}/{args.rounds}"
+                    # Memory: this process and its engine (a), or the server plus the model's stub tree.
+                    roots = [os.getpid()] if key == "a" else [
+                        server.process.pid, _stub_of(server.process.pid, f"bench_{key}") or server.process.pid]
+                    sampler = RssSampler(roots if key == "a" else roots[1:])
+                    sampler.start()
+                    if key == "a":
+                        run = loop.run_until_complete(direct_round(engine, args.concurrency, args.tokens))
+                    else:
+                        run = loop.run_until_complete(triton_round(server, f"bench_{key}", args.concurrency,
+                                                                   args.tokens, scrape=key in ("c", "d")))
+                    sampler.stop.set()
+                    sampler.join()
+                    run.peak_rss_mib = sampler.peak + (0.0 if key == "a" else _rss_mib(roots[0]))
+                    say(f"{label} · {key} ({CONFIGS[key][0]}): {run.tokens_per_s:,.0f} tok/s, "
+                        f"TTFT p50 {(_ms(pct(run.ttft, 50)) or 0):.0f} ms, errors {run.errors}")
+                    if not warm:
+                        runs[key].append(run)
+            if engine is not None:
+                loop.run_until_complete(stop_direct(engine))
+        finally:
+            loop.close()
+            if server is not None:
+                server.stop()
+
+    results = {key: summarize(r) for key, r in runs.items()}
+    ttft = {k: results[k]["ttft_p50_ms"]["median"] for k in results}
+    ratios = {
+        "triton_over_direct": ratio(results, "b", "a"),
+        "metrics_on_over_off": ratio(results, "c", "b"),
+        "health_on_over_off": ratio(results, "d", "c"),
+        "ttft_p50_overhead_ms": (ttft["b"] - ttft["a"]) if ttft.get("a") is not None and ttft.get("b") is not None
+        else None,
+        "scrape_p99_ms": max((results[k]["scrape_p99_ms"]["median"] for k in ("c", "d")
+                              if k in results and results[k]["scrape_p99_ms"]["median"] is not None), default=None),
+    }
+    report = {"ratios": ratios, "configs": {k: CONFIGS[k][0] for k in configs}, "results": results,
+              "workload": {"concurrency": args.concurrency, "tokens": args.tokens, "rounds": args.rounds,
+                           "warmup": args.warmup, "prompt": PROMPT, "engine": ENGINE},
+              "machine": machine(), "command": "make bench BENCH_ARGS='" + " ".join(argv) + "'"}
+    output = Path(args.output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(report, indent=2))
+    print()
+    print(table(results, ratios))
+    print()
+    say(f"JSON written to {output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
