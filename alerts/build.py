@@ -15,6 +15,7 @@ import yaml
 from alerts.definitions import panel_ids
 from alerts.render import grafana_rule_group, prometheus_groups, prometheus_rule, runbook
 from dashboards.config import DEFAULT, Config
+from dashboards.generated_files import write_or_check
 
 HERE = Path(__file__).resolve().parent
 GENERATED = HERE / "generated"
@@ -38,19 +39,7 @@ def render(config: Config = DEFAULT) -> dict[Path, str]:
 
 
 def main(argv: list[str]) -> int:
-    files = render()
-    if "--check" in argv:
-        stale = [str(p.relative_to(HERE.parent)) for p, text in files.items()
-                 if not p.exists() or p.read_text() != text]
-        if stale:
-            print(f"out of date: {', '.join(stale)}; run `make alerts`", file=sys.stderr)
-            return 1
-        return 0
-    GENERATED.mkdir(exist_ok=True)
-    for path, text in files.items():
-        path.write_text(text)
-    print(f"wrote {len(files)} files")
-    return 0
+    return write_or_check(render(), HERE.parent, "--check" in argv, "make alerts")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from dashboards.config import Config, LatencySLO
 from dashboards.promql import error_ratio
+from metrics.local import le_label
 
 ENGINE = "job, instance, model, model_instance, engine"
 INSTANCE = "job, instance, model, model_instance"
@@ -63,7 +64,7 @@ def slo_record(slo: LatencySLO, window: str) -> str:
 def recording_rules(config: Config) -> list[RecordingRule]:
     rules = []
     for slo in config.slos:
-        le = 'le="' + f"{slo.threshold_s:g}" + '"'
+        le = f'le="{le_label(slo.threshold_s)}"'
         good = f"{slo.histogram}_bucket{selector(config, le)}"
         total = f"{slo.histogram}_count{selector(config)}"
         for window in SLO_WINDOWS:

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 from backend.errors import ConfigError
+from backend.json_config import load_json_object
 
 ENGINE_ARGS_FILE = "model.json"
 # Keys holding a local path that may be written relative to the model directory.
@@ -28,13 +28,7 @@ def load_model_json(model_dir: Path) -> dict[str, Any]:
     path = model_dir / ENGINE_ARGS_FILE
     if not path.is_file():
         raise ConfigError(f"{ENGINE_ARGS_FILE} with the vLLM engine arguments must be provided in {model_dir}")
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}: not valid JSON: {exc}") from None
-    if not isinstance(config, dict):
-        raise ConfigError(f"{path}: must be a JSON object of engine arguments, got {type(config).__name__}")
-    return config
+    return load_json_object(path, "engine arguments")
 
 
 def resolve_local_paths(config: dict[str, Any], model_dir: Path) -> dict[str, Any]:

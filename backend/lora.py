@@ -6,12 +6,12 @@ its adapter with `lora_name` among its sampling parameters.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from backend.errors import ConfigError, InvalidRequest
+from backend.json_config import load_json_object
 
 LORA_FILE = "multi_lora.json"
 
@@ -28,13 +28,8 @@ class LoraRegistry:
         path = model_dir / LORA_FILE
         if not path.is_file():
             raise ConfigError(f"enable_lora is true in model.json but {path} does not exist")
-        try:
-            adapters = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{path}: not valid JSON: {exc}") from None
-        if not isinstance(adapters, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in adapters.items()
-        ):
+        adapters = load_json_object(path, "adapter names to local paths")
+        if not all(isinstance(v, str) for v in adapters.values()):
             raise ConfigError(f"{path}: must be a JSON object mapping adapter names to local paths")
         resolved = {
             name: str((model_dir / p).resolve()) if not Path(p).is_absolute() and (model_dir / p).exists() else p

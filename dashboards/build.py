@@ -19,6 +19,7 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 
 from dashboards import health, latency, overview, saturation, server
 from dashboards.config import DEFAULT, Config
+from dashboards.generated_files import write_or_check
 
 HERE = Path(__file__).resolve().parent
 GENERATED = HERE / "generated"
@@ -74,25 +75,8 @@ def render(config: Config = DEFAULT, buckets: dict[str, tuple[float, ...]] | Non
 
 
 def main(argv: list[str]) -> int:
-    files = render()
-    expected = {GENERATED / name: text for name, text in files.items()} | {PROVISIONING: PROVISIONING_TEXT}
-    if "--check" in argv:
-        stale = [str(p.relative_to(HERE.parent)) for p, text in expected.items()
-                 if not p.exists() or p.read_text() != text]
-        extra = [str(p.relative_to(HERE.parent)) for p in GENERATED.glob("*.json") if p not in expected]
-        if stale or extra:
-            print(f"out of date: {', '.join(stale + extra)}; run `make dashboards`", file=sys.stderr)
-            return 1
-        return 0
-    GENERATED.mkdir(exist_ok=True)
-    PROVISIONING.parent.mkdir(exist_ok=True)
-    for path in GENERATED.glob("*.json"):
-        if path not in expected:
-            path.unlink()
-    for path, text in expected.items():
-        path.write_text(text)
-    print(f"wrote {len(files)} dashboards to {GENERATED.relative_to(HERE.parent)}/")
-    return 0
+    files = {GENERATED / name: text for name, text in render().items()} | {PROVISIONING: PROVISIONING_TEXT}
+    return write_or_check(files, HERE.parent, "--check" in argv, "make dashboards", stale_dir=GENERATED)
 
 
 if __name__ == "__main__":

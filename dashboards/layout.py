@@ -7,6 +7,7 @@ from grafana_foundation_sdk.models.dashboard import DashboardCursorSync, Variabl
 
 from dashboards.config import Config
 from dashboards.panels import DATASOURCE
+from metrics.local import le_label
 
 TAGS = ["vllm", "triton", "llm", "generated"]
 
@@ -20,9 +21,9 @@ def _label_variable(name: str, label: str, query: str) -> QueryVariable:
 
 def _slo_variable(name: str, label: str, buckets: tuple[float, ...], default: float) -> CustomVariable:
     """An SLO threshold to pick among the histogram's buckets (any other value would match no bucket)."""
-    values = [f"{b:g}" for b in buckets]
+    values = [le_label(b) for b in buckets]
     return (CustomVariable(name).label(label).values(",".join(values))
-            .current(VariableOption(selected=True, text=f"{default:g}", value=f"{default:g}")))
+            .current(VariableOption(selected=True, text=le_label(default), value=le_label(default))))
 
 
 def dashboard(uid: str, title: str, description: str, config: Config, slo_buckets: dict[str, tuple[float, ...]]

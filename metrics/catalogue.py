@@ -96,7 +96,9 @@ def render(entries: list[Entry]) -> str:
         "",
         "Every series also carries Triton's `model` and `version` and the Triton instance `model_instance`; "
         "vLLM's families add vLLM's `model_name` (the served model name) and `engine` (the engine index). "
-        "Counters are exposed with the `_total` suffix, exactly as vLLM's own `/metrics` exposes them. "
+        "Counters are exposed with the `_total` suffix and histograms as their `_bucket{le}`, `_sum` and `_count` "
+        "series (with vLLM's `le` strings such as `1.0` and `+Inf`), exactly as vLLM's own `/metrics` exposes them; "
+        "on Triton these three series are typed `counter` (see README, Metrics: Cost). "
         "`request_tokens` buckets (prompt/generation token histograms) follow the model's `max_model_len` "
         "(1-2-5 series up to it); the values below are for `max_model_len` 1024.",
         "",

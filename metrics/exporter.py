@@ -11,7 +11,7 @@ from metrics.local import MetricStore
 from metrics.publisher import TritonPublisher
 from metrics.stat_logger import stat_logger_class
 
-PUBLISH_INTERVAL_S = 0.5
+PUBLISH_INTERVAL_S = 1.0
 
 
 def gate(report_custom_metrics: bool, engine_config: dict[str, Any]) -> str | None:

@@ -25,6 +25,13 @@ class Kind(enum.Enum):
     HISTOGRAM = "histogram"
 
 
+def le_label(bound: float) -> str:
+    """A bucket bound as prometheus_client (hence vLLM's own /metrics) writes it: 1.0, 2.5, +Inf."""
+    from prometheus_client.utils import floatToGoString
+
+    return floatToGoString(bound)
+
+
 def exposed_name(name: str, kind: Kind) -> str:
     """The name prometheus_client exposes: a counter `x` is `x_total` (a `_total` suffix is not doubled)."""
     if kind is Kind.COUNTER and not name.endswith("_total"):
@@ -41,6 +48,13 @@ class FamilySpec:
     documentation: str
     labelnames: tuple[str, ...]
     buckets: tuple[float, ...] = ()
+
+    @property
+    def sample_names(self) -> tuple[str, ...]:
+        """The series names on /metrics (a histogram is its _bucket, _sum and _count series)."""
+        if self.kind is Kind.HISTOGRAM:
+            return (f"{self.name}_bucket", f"{self.name}_sum", f"{self.name}_count")
+        return (self.name,)
 
 
 @dataclass(eq=False)

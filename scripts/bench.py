@@ -60,6 +60,25 @@ class Run:
         return self.tokens / self.seconds if self.seconds else 0.0
 
 
+class StreamTimer:
+    """Client-side timing of one streamed request: TTFT, then per-token gaps (a response may carry several)."""
+
+    def __init__(self, run: Run) -> None:
+        self.run, self.start, self.last, self.first = run, time.perf_counter(), 0.0, True
+
+    def tokens(self, n: int) -> None:
+        if not n:
+            return
+        now = time.perf_counter()
+        if self.first:
+            self.run.ttft.append(now - self.start)
+            self.first = False
+        else:
+            self.run.itl.extend([(now - self.last) / n] * n)
+        self.last = now
+        self.run.tokens += n
+
+
 def say(message: str) -> None:
     print(f"\033[1m[bench]\033[0m {message}", flush=True)
 
@@ -130,19 +149,9 @@ async def direct_round(engine, concurrency: int, tokens: int) -> Run:
     async def one(i: int) -> None:
         params = SamplingParams(max_tokens=tokens, ignore_eos=True, temperature=0,
                                 output_kind=RequestOutputKind.DELTA)
-        start = last = time.perf_counter()
-        first = True
+        timer = StreamTimer(run)
         async for out in engine.generate(PROMPT.format(i=i), params, uuid.uuid4().hex):
-            now = time.perf_counter()
-            n = len(out.outputs[0].token_ids)
-            if n:
-                if first:
-                    run.ttft.append(now - start)
-                    first = False
-                else:
-                    run.itl.extend([(now - last) / n] * n)
-                last = now
-                run.tokens += n
+            timer.tokens(len(out.outputs[0].token_ids))
 
     begin = time.perf_counter()
     await asyncio.gather(*(one(i) for i in range(concurrency)))
@@ -174,22 +183,12 @@ async def triton_round(server: TritonServer, model: str, concurrency: int, token
         async def request():
             yield {"model_name": model, "inputs": inputs(i), "request_id": str(i)}
 
-        start = last = time.perf_counter()
-        first = True
+        timer = StreamTimer(run)
         async for result, error in client.stream_infer(request()):
-            now = time.perf_counter()
             if error is not None:
                 run.errors += 1
                 return
-            n = int(result.as_numpy("num_output_tokens")[0])
-            if n:
-                if first:
-                    run.ttft.append(now - start)
-                    first = False
-                else:
-                    run.itl.extend([(now - last) / n] * n)
-                last = now
-                run.tokens += n
+            timer.tokens(int(result.as_numpy("num_output_tokens")[0]))
             final = result.get_response().parameters.get("triton_final_response")
             if final is not None and final.bool_param:
                 return

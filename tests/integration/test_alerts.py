@@ -208,7 +208,7 @@ SCENARIOS = {
 }
 for _slo, _hist, _le in (("TTFT", "vllm:time_to_first_token_seconds", "2.5"),
                          ("InterToken", "vllm:inter_token_latency_seconds", "0.2"),
-                         ("EndToEnd", "vllm:e2e_request_latency_seconds", "60")):
+                         ("EndToEnd", "vllm:e2e_request_latency_seconds", "60.0")):
     _name = f"Vllm{_slo}ErrorBudgetBurn"
     SCENARIOS[_name] = [
         {"input_series": burn_series(_hist, _le, 80),  # 20 % bad: both fast-burn pages after their `for`

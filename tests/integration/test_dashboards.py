@@ -131,7 +131,9 @@ def substitute(expr: str) -> str:
     from dashboards.config import DEFAULT
 
     values = {"__rate_interval": "1m", "job": ".*", "instance": ".*", "model": ".*", "engine": ".*"}
-    values |= {f"slo_{slo.name.lower()}": f"{slo.threshold_s:g}" for slo in DEFAULT.slos}
+    from metrics.local import le_label
+
+    values |= {f"slo_{slo.name.lower()}": le_label(slo.threshold_s) for slo in DEFAULT.slos}
     return re.sub(r"\$(\w+)", lambda m: values[m.group(1)], expr)
 
 

@@ -14,19 +14,14 @@ from helpers import BASE_ENGINE, TINY_MODEL, generate, generate_stream, scrape, 
 PROMPTS = ["What is Triton?", "Tell me about the metrics endpoint", "A", "one two three four five"]
 
 
-def exposed_families(server, model: str) -> set[str]:
-    """`# TYPE` names of the families that have a series for `model`."""
+def exposed_names(server, model: str) -> set[str]:
+    """Names of the series on :8002 that belong to `model`."""
     text = requests.get(server.metrics_url, timeout=10).text
-    names = set()
-    for family in re.findall(r"^# TYPE (\S+) ", text, flags=re.M):
-        base = re.escape(family)
-        if re.search(rf'^{base}(_bucket|_sum|_count)?{{[^}}]*model="{model}"', text, flags=re.M):
-            names.add(family)
-    return names
+    return set(re.findall(rf'^([^#\s{{]+){{[^}}]*model="{model}"', text, flags=re.M))
 
 
-def vllms_own_families(engine: dict) -> set[str]:
-    """What vLLM's own PrometheusStatLogger registers for this configuration, by exposed name."""
+def vllms_own_names(engine: dict) -> set[str]:
+    """The series names vLLM's own PrometheusStatLogger exposes for this configuration (no _created)."""
     from prometheus_client import REGISTRY
     from vllm.v1.metrics.loggers import PrometheusStatLogger
 
@@ -37,28 +32,31 @@ def vllms_own_families(engine: dict) -> set[str]:
     names = set()
     for metric in REGISTRY.collect():
         if metric.name.startswith("vllm:"):
-            names.add(metric.name + "_total" if metric.type == "counter" else metric.name)
+            names |= {s.name for s in metric.samples if not s.name.endswith("_created")}
+            if metric.type == "counter" and not metric.samples:
+                names.add(metric.name + "_total")
     return names
 
 
 @pytest.mark.parametrize("model, engine", [("vllm_model", BASE_ENGINE), ("vllm_lora", LORA_ENGINE)])
 def test_every_family_vllm_defines_is_exported(server, model, engine):
     generate(server, model, {"text_input": "Hi", "parameters": {"max_tokens": 2}})
-    own = vllms_own_families(engine)
+    own = vllms_own_names(engine)
 
     def live() -> set[str]:
-        return {n for n in exposed_families(server, model) if n.startswith("vllm:")}
+        return {n for n in exposed_names(server, model) if n.startswith("vllm:")}
 
     wait_until(lambda: own <= live(), timeout=10)  # lora_requests_info appears with the first engine step
     assert live() == own
-    assert len(own) >= 39
+    assert len({n.rsplit("_bucket", 1)[0] for n in own if not n.endswith(("_sum", "_count"))}) >= 39
 
 
 def test_the_catalogue_matches_the_live_families(server):
-    from metrics.catalogue import backend_families, vllm_families
+    from metrics.catalogue import backend_families, health_families, vllm_families
 
-    expected = {f.name for f in vllm_families(BASE_ENGINE)} | {f.name for f in backend_families()}
-    ours = lambda: {n for n in exposed_families(server, "vllm_model") if n.startswith("vllm")}  # noqa: E731
+    specs = [*vllm_families(BASE_ENGINE), *backend_families(), *health_families()]  # vllm_model: health on
+    expected = {name for spec in specs for name in spec.sample_names}
+    ours = lambda: {n for n in exposed_names(server, "vllm_model") if n.startswith("vllm")}  # noqa: E731
     wait_until(lambda: expected <= ours(), timeout=10)
     assert ours() == expected
 
@@ -72,14 +70,20 @@ def test_labels_and_buckets(server):
                              "model_name": str(TINY_MODEL), "engine": "0"}
     assert not any({"job", "instance"} & set(s.labels) for f in families.values() for s in f.samples)
     ttft = next(f for f in vllm_families(BASE_ENGINE) if f.name == "vllm:time_to_first_token_seconds")
-    les = {float(s.labels["le"]) for s in series(families, "vllm:time_to_first_token_seconds_bucket",
-                                                   model="vllm_model")}
-    assert les == {*ttft.buckets, float("inf")}
+    les = {s.labels["le"] for s in series(families, "vllm:time_to_first_token_seconds_bucket", model="vllm_model")}
+    assert les == {_le(b) for b in (*ttft.buckets, float("inf"))}  # vLLM's own strings: "1.0", "+Inf"
+    assert "1.0" in les
+
+
+def _le(bound: float) -> str:
+    from prometheus_client.utils import floatToGoString
+
+    return floatToGoString(bound)
 
 
 def _wait_published(server, sample: str, target: float, **labels: str) -> dict:
     wait_until(lambda: value(scrape(server), sample, **labels) >= target, timeout=10)
-    time.sleep(1.0)  # one more publish period: nothing else may arrive
+    time.sleep(1.5)  # one more publish period: nothing else may arrive
     return scrape(server)
 
 
@@ -162,7 +166,7 @@ def test_two_instances_have_distinct_series_that_add_up(server):
 def test_two_models_never_mix(server):
     before = scrape(server)
     generate(server, "vllm_model", {"text_input": "only the sample model", "parameters": {"max_tokens": 3}})
-    time.sleep(1.5)
+    time.sleep(2.5)
     after = scrape(server)
     for model in ("vllm_lora",):
         assert value(after, "vllm:prompt_tokens_total", model=model) == value(
@@ -175,7 +179,7 @@ def test_no_vllm_family_when_report_custom_metrics_is_off(server):
     status, _ = generate(server, "vllm_nometrics", {"text_input": "Hi", "parameters": {"max_tokens": 2}})
     assert status == 200
     time.sleep(1.0)
-    assert {n for n in exposed_families(server, "vllm_nometrics") if n.startswith("vllm")} == set()
+    assert {n for n in exposed_names(server, "vllm_nometrics") if n.startswith("vllm")} == set()
     assert 'metrics: off for vllm_nometrics (REPORT_CUSTOM_METRICS is not \\"true\\" in config.pbtxt)' in (
         server.log_text())
 
