@@ -122,15 +122,23 @@ def scrape(server: Any) -> dict[str, Any]:
     return {family.name: family for family in text_string_to_metric_families(text)}
 
 
-def value(families: dict[str, Any], sample: str, **labels: str) -> float:
-    """Sum of the samples named `sample` (e.g. `vllm:prompt_tokens_total`) whose labels include `labels`."""
-    return sum(s.value for family in families.values() for s in family.samples
-               if s.name == sample and all(s.labels.get(k) == v for k, v in labels.items()))
+def exposed_sample_name(family: Any, sample: Any) -> str:
+    """The name as on the wire: prometheus_client's parser appends `_total` to every counter sample, also to a
+    histogram's `_bucket`/`_sum`/`_count` series, which this backend publishes as Triton counters."""
+    if (family.type == "counter" and family.name.endswith(("_bucket", "_sum", "_count"))
+            and sample.name == family.name + "_total"):
+        return family.name
+    return sample.name
 
 
 def series(families: dict[str, Any], sample: str, **labels: str) -> list[Any]:
     return [s for family in families.values() for s in family.samples
-            if s.name == sample and all(s.labels.get(k) == v for k, v in labels.items())]
+            if exposed_sample_name(family, s) == sample and all(s.labels.get(k) == v for k, v in labels.items())]
+
+
+def value(families: dict[str, Any], sample: str, **labels: str) -> float:
+    """Sum of the samples named `sample` (e.g. `vllm:prompt_tokens_total`) whose labels include `labels`."""
+    return sum(s.value for s in series(families, sample, **labels))
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, interval: float = 0.2) -> None:

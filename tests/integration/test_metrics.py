@@ -31,10 +31,13 @@ def vllms_own_names(engine: dict) -> set[str]:
     logger.log_engine_initialized()
     names = set()
     for metric in REGISTRY.collect():
-        if metric.name.startswith("vllm:"):
-            names |= {s.name for s in metric.samples if not s.name.endswith("_created")}
-            if metric.type == "counter" and not metric.samples:
-                names.add(metric.name + "_total")
+        if not metric.name.startswith("vllm:"):
+            continue
+        names |= {s.name for s in metric.samples if not s.name.endswith("_created")}
+        if not metric.samples:  # a labelled family without children yet (vllm:lora_requests_info)
+            names |= {"counter": {metric.name + "_total"}, "gauge": {metric.name},
+                      "histogram": {f"{metric.name}_bucket", f"{metric.name}_sum", f"{metric.name}_count"}
+                      }[metric.type]
     return names
 
 
