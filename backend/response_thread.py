@@ -72,7 +72,7 @@ class ResponseThread:
         on_cancel: Callable[[InflightRequest], None],
         on_finished: Callable[[InflightRequest, Outcome], None],
         log_error: Callable[[str], None],
-        cancel_poll_s: float = 0.2,
+        cancel_poll_s: float = 0.5,
     ) -> None:
         self._io = io
         self._on_cancel = on_cancel
@@ -82,8 +82,12 @@ class ResponseThread:
         self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
         self._inflight: dict[str, InflightRequest] = {}
         self._lock = threading.Lock()
+        self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name="vllm-responses", daemon=True)
         self._thread.start()
+        # Polling is_cancelled() is an IPC per in-flight request: on a thread of its own, sends never wait for it.
+        self._poller = threading.Thread(target=self._poll_loop, name="vllm-cancel-poll", daemon=True)
+        self._poller.start()
 
     # -- called from any thread ------------------------------------------------------------------
     def register(self, request: InflightRequest) -> None:
@@ -101,18 +105,15 @@ class ResponseThread:
             return list(self._inflight.values())
 
     def stop(self, timeout: float = 10.0) -> None:
+        self._stopped.set()
         self._queue.put(None)
         self._thread.join(timeout)
+        self._poller.join(timeout)
 
     # -- the thread ------------------------------------------------------------------------------
     def _run(self) -> None:
-        last_poll = time.monotonic()
         while True:
-            try:
-                first = self._queue.get(timeout=self._cancel_poll_s)
-            except queue.Empty:
-                first = ...
-            batch = [] if first is ... else [first]
+            batch = [self._queue.get()]
             while True:  # take whatever else is already waiting, to merge stream chunks
                 try:
                     batch.append(self._queue.get_nowait())
@@ -122,9 +123,10 @@ class ResponseThread:
                 self._deliver(item)
             if None in batch:
                 return
-            if time.monotonic() - last_poll >= self._cancel_poll_s:
-                self._poll_cancellation()
-                last_poll = time.monotonic()
+
+    def _poll_loop(self) -> None:
+        while not self._stopped.wait(self._cancel_poll_s):
+            self._poll_cancellation()
 
     @staticmethod
     def _coalesce(items: list[_Item]) -> list[_Item]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import platform
@@ -128,13 +129,15 @@ def _stub_of(server_pid: int, model: str) -> int | None:
 class RssSampler(threading.Thread):
     """Peak total RSS of the processes a configuration uses, sampled every 0.2 s."""
 
-    def __init__(self, roots: list[int]) -> None:
+    def __init__(self, roots: list[int], exclude: int | None = None) -> None:
         super().__init__(daemon=True)
-        self.roots, self.peak, self.stop = roots, 0.0, threading.Event()
+        self.roots, self.exclude, self.peak, self.stop = roots, exclude, 0.0, threading.Event()
 
     def run(self) -> None:
         while True:
-            self.peak = max(self.peak, sum(_rss_mib(p) for root in self.roots for p in _tree(root)))
+            skip = set(_tree(self.exclude)) if self.exclude else set()
+            pids = {p for root in self.roots for p in _tree(root)} - skip
+            self.peak = max(self.peak, sum(_rss_mib(p) for p in pids))
             if self.stop.wait(0.2):
                 return
 
@@ -341,6 +344,8 @@ def main(argv: list[str]) -> int:
             if "a" in configs:
                 say("starting vLLM's AsyncLLM in this process (≈ 30 s)")
                 engine = loop.run_until_complete(start_direct())
+            gc.collect()
+            gc.freeze()  # the client must not pause for full collections of vLLM's startup objects
             total = args.warmup + args.rounds
             for round_index in range(total):
                 warm = round_index < args.warmup
@@ -349,7 +354,8 @@ def main(argv: list[str]) -> int:
                     # Memory: this process and its engine (a), or the server plus the model's stub tree.
                     roots = [os.getpid()] if key == "a" else [
                         server.process.pid, _stub_of(server.process.pid, f"bench_{key}") or server.process.pid]
-                    sampler = RssSampler(roots if key == "a" else roots[1:])
+                    sampler = RssSampler(roots, exclude=server.process.pid if server else None) if key == "a" \
+                        else RssSampler(roots[1:])
                     sampler.start()
                     if key == "a":
                         run = loop.run_until_complete(direct_round(engine, args.concurrency, args.tokens))
