@@ -82,12 +82,8 @@ class ResponseThread:
         self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
         self._inflight: dict[str, InflightRequest] = {}
         self._lock = threading.Lock()
-        self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name="vllm-responses", daemon=True)
         self._thread.start()
-        # Polling is_cancelled() is an IPC per in-flight request: on a thread of its own, sends never wait for it.
-        self._poller = threading.Thread(target=self._poll_loop, name="vllm-cancel-poll", daemon=True)
-        self._poller.start()
 
     # -- called from any thread ------------------------------------------------------------------
     def register(self, request: InflightRequest) -> None:
@@ -105,15 +101,18 @@ class ResponseThread:
             return list(self._inflight.values())
 
     def stop(self, timeout: float = 10.0) -> None:
-        self._stopped.set()
         self._queue.put(None)
         self._thread.join(timeout)
-        self._poller.join(timeout)
 
     # -- the thread ------------------------------------------------------------------------------
     def _run(self) -> None:
+        last_poll = time.monotonic()
         while True:
-            batch = [self._queue.get()]
+            try:
+                first = self._queue.get(timeout=self._cancel_poll_s)
+            except queue.Empty:
+                first = ...
+            batch = [] if first is ... else [first]
             while True:  # take whatever else is already waiting, to merge stream chunks
                 try:
                     batch.append(self._queue.get_nowait())
@@ -123,10 +122,9 @@ class ResponseThread:
                 self._deliver(item)
             if None in batch:
                 return
-
-    def _poll_loop(self) -> None:
-        while not self._stopped.wait(self._cancel_poll_s):
-            self._poll_cancellation()
+            if time.monotonic() - last_poll >= self._cancel_poll_s:
+                self._poll_cancellation()
+                last_poll = time.monotonic()
 
     @staticmethod
     def _coalesce(items: list[_Item]) -> list[_Item]:
@@ -168,6 +166,8 @@ class ResponseThread:
             self._on_finished(request, Outcome.COMPLETED if error is None else outcome_of(error))
 
     def _poll_cancellation(self) -> None:
+        """On the sending thread on purpose: once a final response is sent Triton frees the request, and
+        is_cancelled() on it from another thread could reach freed memory in the server (it crashed Triton)."""
         for request in self.inflight():
             if request.cancelled or request.done:
                 continue

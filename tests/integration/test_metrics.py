@@ -95,6 +95,7 @@ def test_exact_deltas_after_a_scripted_workload(server):
 
     tokenizer = AutoTokenizer.from_pretrained(TINY_MODEL)
     labels = {"model": "vllm_model"}
+    time.sleep(2.5)  # earlier tests' last updates reach /metrics within one publish period (1 s)
     before = scrape(server)
     max_tokens = 7
     for prompt in PROMPTS:
