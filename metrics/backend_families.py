@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from metrics.local import Kind, MetricStore, bound_classes
 
 OUTCOMES = ("completed", "cancelled", "rejected", "failed")
+INFO_NAME = "vllm_triton_info"
+INFO_HELP = "Backend build and switches; always 1."
 
 
 @dataclass(frozen=True)
@@ -28,7 +30,7 @@ class BackendFamilies:
         gauge, counter = classes[Kind.GAUGE], classes[Kind.COUNTER]
         self._store = store
         self._inflight_count = inflight_count
-        gauge("vllm_triton_info", "Backend build and switches; always 1.",
+        gauge(INFO_NAME, INFO_HELP,
               labelnames=["vllm_version", "backend_version", "metrics_enabled", "health_check_enabled"]).labels(
             info.vllm_version, info.backend_version, str(info.metrics_enabled).lower(),
             str(info.health_check_enabled).lower()).set(1)

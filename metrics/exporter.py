@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from backend.server_flags import metrics_allowed, server_argv
-from metrics.backend_families import BackendFamilies, BackendInfo
+from metrics.backend_families import INFO_HELP, INFO_NAME, BackendFamilies, BackendInfo
 from metrics.local import MetricStore
 from metrics.publisher import TritonPublisher
 from metrics.stat_logger import stat_logger_class
@@ -49,8 +49,7 @@ class MetricsExporter:
         if not metrics_allowed(server_argv()):
             return False
         try:
-            pb_utils.MetricFamily(name="vllm_triton_info", description="Backend build and switches; always 1.",
-                                  kind=pb_utils.MetricFamily.GAUGE)
+            pb_utils.MetricFamily(name=INFO_NAME, description=INFO_HELP, kind=pb_utils.MetricFamily.GAUGE)
         except Exception as exc:
             if "metrics not supported" in str(exc).lower():
                 return False
