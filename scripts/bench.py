@@ -5,7 +5,9 @@ Configurations, run in interleaved rounds (a b c d a b c d …) so that machine 
   b  tritonserver + this backend, metrics off
   c  metrics on (REPORT_CUSTOM_METRICS)
   d  metrics and the health monitor on
-b, c and d are three models of one tritonserver; a model is idle while another is measured.
+b, c and d are three models of one tritonserver; a model is idle while another is measured, and each
+measurement starts after a short settle (vLLM's workers busy-poll for a second after their last step).
+Per round it also records the CPU seconds of every process involved, the client included, per token.
 Prints a table and writes JSON (default .bench/latest.json). Options: see --help (or BENCH_ARGS for make).
 """
 
@@ -54,7 +56,12 @@ class Run:
     itl: list[float] = field(default_factory=list)
     scrape: list[float] = field(default_factory=list)
     peak_rss_mib: float = 0.0
+    cpu_s: dict[str, float] = field(default_factory=dict)  # CPU seconds per process name, client included
     errors: int = 0
+
+    @property
+    def cpu_ms_per_token(self) -> float:
+        return 1000 * sum(self.cpu_s.values()) / self.tokens if self.tokens else 0.0
 
     @property
     def tokens_per_s(self) -> float:
@@ -85,14 +92,15 @@ def say(message: str) -> None:
 
 
 # -- processes and memory ----------------------------------------------------------------------------
+PAGE_MIB = os.sysconf("SC_PAGE_SIZE") / 2**20
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
 def _rss_mib(pid: int) -> float:
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
+        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE_MIB
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 def _children(pid: int) -> list[int]:
@@ -126,18 +134,49 @@ def _stub_of(server_pid: int, model: str) -> int | None:
     return None
 
 
-class RssSampler(threading.Thread):
-    """Peak total RSS of the processes a configuration uses, sampled every 0.2 s."""
+def config_pids(key: str, server: TritonServer | None) -> list[int]:
+    """The processes a configuration uses: this process and its engine (a), or tritonserver plus the model's
+    stub, EngineCore and worker (b–d). Found once per round: walking /proc while measuring costs CPU and the GIL."""
+    if key == "a":
+        skip = set(_tree(server.process.pid)) if server else set()
+        return [p for p in _tree(os.getpid()) if p not in skip]
+    stub = _stub_of(server.process.pid, f"bench_{key}")
+    return [server.process.pid] + (_tree(stub) if stub else [])
 
-    def __init__(self, roots: list[int], exclude: int | None = None) -> None:
+
+def cpu_seconds(pids: list[int]) -> dict[int, tuple[str, float]]:
+    """user + system CPU seconds and process name, per pid."""
+    found = {}
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        found[pid] = (stat[stat.index("(") + 1:stat.rindex(")")], (int(fields[11]) + int(fields[12])) / CLOCK_TICKS)
+    return found
+
+
+def cpu_used(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]) -> dict[str, float]:
+    """CPU seconds spent between two snapshots, summed per process name (this process is "client")."""
+    used: dict[str, float] = {}
+    for pid, (name, seconds) in after.items():
+        if pid in before:
+            key = "client" if pid == os.getpid() else name
+            used[key] = used.get(key, 0.0) + seconds - before[pid][1]
+    return {key: round(seconds, 3) for key, seconds in used.items()}
+
+
+class RssSampler(threading.Thread):
+    """Peak total RSS of a fixed set of processes, sampled every 0.2 s."""
+
+    def __init__(self, pids: list[int]) -> None:
         super().__init__(daemon=True)
-        self.roots, self.exclude, self.peak, self.stop = roots, exclude, 0.0, threading.Event()
+        self.pids, self.peak, self.stop = pids, 0.0, threading.Event()
 
     def run(self) -> None:
         while True:
-            skip = set(_tree(self.exclude)) if self.exclude else set()
-            pids = {p for root in self.roots for p in _tree(root)} - skip
-            self.peak = max(self.peak, sum(_rss_mib(p) for p in pids))
+            self.peak = max(self.peak, sum(_rss_mib(p) for p in self.pids))
             if self.stop.wait(0.2):
                 return
 
@@ -169,6 +208,7 @@ async def triton_round(server: TritonServer, model: str, concurrency: int, token
 
     run = Run()
     client = aioclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+    await client.is_model_ready(model)  # connect before timing: a real client keeps its channel open
 
     def inputs(i: int) -> list:
         def tensor(name: str, value: np.ndarray, dtype: str):
@@ -239,8 +279,10 @@ def summarize(runs: list[Run]) -> dict:
         "scrape_p50_ms": median_range([_ms(pct(r.scrape, 50)) for r in runs]),
         "scrape_p99_ms": median_range([_ms(pct(r.scrape, 99)) for r in runs]),
         "peak_rss_mib": max((r.peak_rss_mib for r in runs), default=0.0),
+        "cpu_ms_per_token": median_range([r.cpu_ms_per_token for r in runs]),
         "errors": sum(r.errors for r in runs),
-        "rounds": [asdict(r) | {"tokens_per_s": r.tokens_per_s} for r in runs],
+        "rounds": [asdict(r) | {"tokens_per_s": r.tokens_per_s, "cpu_ms_per_token": r.cpu_ms_per_token}
+                   for r in runs],
     }
 
 
@@ -264,7 +306,7 @@ def machine() -> dict:
     return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(int(mem) / 2**20, 1),
             "python": platform.python_version(), "vllm": vllm.__version__, "platform": platform.platform(),
             "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE"),
-            "VLLM_CPU_NUM_OF_RESERVED_CPU": os.environ.get("VLLM_CPU_NUM_OF_RESERVED_CPU")}
+            "VLLM_CPU_NUM_OF_RESERVED_CPU": os.environ.get("VLLM_CPU_NUM_OF_RESERVED_CPU", "vLLM default")}
 
 
 def write_repository(root: Path, configs: list[str]) -> None:
@@ -301,7 +343,7 @@ def table(results: dict, ratios: dict) -> str:
         return "—" if value is None else f"{value:,.{digits}f}"
 
     rows = ["| config | tokens/s (min–max) | TTFT p50 / p99 ms | ITL p50 / p99 ms | scrape p50 / p99 ms "
-            "| peak RSS MiB |", "|---|---|---|---|---|---|"]
+            "| CPU ms / token | peak RSS MiB |", "|---|---|---|---|---|---|---|"]
     for key, result in results.items():
         t = result["tokens_per_s"]
         rows.append(
@@ -309,7 +351,7 @@ def table(results: dict, ratios: dict) -> str:
             f"{fmt(result['ttft_p50_ms']['median'], 1)} / {fmt(result['ttft_p99_ms']['median'], 1)} | "
             f"{fmt(result['itl_p50_ms']['median'], 1)} / {fmt(result['itl_p99_ms']['median'], 1)} | "
             f"{fmt(result['scrape_p50_ms']['median'], 1)} / {fmt(result['scrape_p99_ms']['median'], 1)} | "
-            f"{fmt(result['peak_rss_mib'])} |")
+            f"{fmt(result['cpu_ms_per_token']['median'], 2)} | {fmt(result['peak_rss_mib'])} |")
     rows.append("")
     rows += [f"{name}: {fmt(value, 3) if 'ratio' in name or 'over' in name else fmt(value, 1)}"
              for name, value in ratios.items()]
@@ -323,6 +365,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--configs", default="a,b,c,d", help="which of a,b,c,d to run")
     parser.add_argument("--warmup", type=int, default=1, help="unmeasured warm-up rounds")
+    parser.add_argument("--settle", type=float, default=2.0,
+                        help="idle seconds before each measurement (vLLM's workers busy-poll for 1 s after work)")
     parser.add_argument("--output", default=str(ROOT / ".bench" / "latest.json"))
     args = parser.parse_args(argv)
     configs = [c for c in args.configs.split(",") if c]
@@ -351,11 +395,11 @@ def main(argv: list[str]) -> int:
                 warm = round_index < args.warmup
                 for key in configs:
                     label = "warm-up" if warm else f"round {round_index - args.warmup + 1}/{args.rounds}"
-                    # Memory: this process and its engine (a), or the server plus the model's stub tree.
-                    roots = [os.getpid()] if key == "a" else [
-                        server.process.pid, _stub_of(server.process.pid, f"bench_{key}") or server.process.pid]
-                    sampler = RssSampler(roots, exclude=server.process.pid if server else None) if key == "a" \
-                        else RssSampler(roots[1:])
+                    pids = config_pids(key, server)
+                    sampler = RssSampler(pids)
+                    cpu_pids = pids if key == "a" else [*pids, os.getpid()]  # b–d: the client's CPU too
+                    time.sleep(args.settle)
+                    cpu_before = cpu_seconds(cpu_pids)
                     sampler.start()
                     if key == "a":
                         run = loop.run_until_complete(direct_round(engine, args.concurrency, args.tokens))
@@ -364,7 +408,8 @@ def main(argv: list[str]) -> int:
                                                                    args.tokens, scrape=key in ("c", "d")))
                     sampler.stop.set()
                     sampler.join()
-                    run.peak_rss_mib = sampler.peak + (0.0 if key == "a" else _rss_mib(roots[0]))
+                    run.peak_rss_mib = sampler.peak
+                    run.cpu_s = cpu_used(cpu_before, cpu_seconds(cpu_pids))
                     say(f"{label} · {key} ({CONFIGS[key][0]}): {run.tokens_per_s:,.0f} tok/s, "
                         f"TTFT p50 {(_ms(pct(run.ttft, 50)) or 0):.0f} ms, errors {run.errors}")
                     if not warm:

@@ -1,8 +1,10 @@
 """Start, watch and stop a real `tritonserver` with this project's backend directory.
 
-One implementation for `make serve` and for the tests: the server runs in its own session (process group)
-so that stopping it also ends the Python stubs and vLLM's EngineCore/Worker processes, and the Python
-backend's shared-memory regions it leaves behind are removed.
+One implementation for `make serve` and for the tests: the server runs in its own process group so that
+stopping it also ends the Python stubs and vLLM's EngineCore/Worker processes, and the Python backend's
+shared-memory regions it leaves behind are removed. It stays in the caller's session: with the kernel's
+autogroup scheduling a new session is a scheduling group of its own, and vLLM's busy-polling EngineCore then
+starved the clients of the other group for seconds at a time (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -133,7 +135,7 @@ class TritonServer:
         self._shm_before = shm_entries()
         log = open(self.log_path, "wb")
         self.process = subprocess.Popen(
-            self.command(), stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True,
+            self.command(), stdout=log, stderr=subprocess.STDOUT, env=self.env, process_group=0,
             cwd=self.log_path.parent,  # not the source tree: the stub must import the installed backend
         )
         log.close()
