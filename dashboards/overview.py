@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders.dashboard import Dashboard
 
-from dashboards.config import Config
+from dashboards.config import Config, LatencySLO
 from dashboards.layout import dashboard, row
 from dashboards.panels import graph, single
 from dashboards.promql import TRITON, VLLM, attainment, error_ratio, quantile, sel, sum_rate
@@ -18,17 +18,18 @@ def latency_panel(title: str, histogram: str, what: str) -> object:
                  *((quantile(q, histogram, VLLM), f"p{round(q * 100)}") for q in (0.5, 0.95, 0.99)), span=8)
 
 
-def slo_tile(slo_name: str, histogram: str, what: str) -> object:
-    variable = f"$slo_{slo_name.lower()}"
-    return single(f"{slo_name} SLO attainment", f"Share of requests whose {what} is at or under the "
-                  f"{variable} seconds chosen above (a bucket boundary of {histogram}).", "percentunit",
-                  attainment(histogram, VLLM, variable), span=4, thresholds=GOOD_RATIO)
+def slo_tile(slo: LatencySLO) -> object:
+    """One tile per configured SLO; its threshold is the dashboard variable `layout` makes for that SLO."""
+    variable = f"$slo_{slo.name.lower()}"
+    return single(f"{slo.name} SLO attainment", f"Share of requests whose {slo.description} is at or under the "
+                  f"{variable} seconds chosen above (a bucket boundary of {slo.histogram}).", "percentunit",
+                  attainment(slo.histogram, VLLM, variable), span=4, thresholds=GOOD_RATIO)
 
 
 def build(config: Config, slo_buckets: dict[str, tuple[float, ...]]) -> Dashboard:
     board = dashboard(UID, "vLLM on Triton / Overview", "Traffic, latency, errors, load and health of vLLM "
                       "models served by Triton (generated; see the project's dashboards/).", config, slo_buckets)
-    return (
+    board = (
         board.with_row(row("Traffic"))
         .with_panel(single("Requests/s", "Finished requests per second (vLLM's request_success).", "reqps",
                            sum_rate("vllm:request_success_total", VLLM)))
@@ -53,10 +54,11 @@ def build(config: Config, slo_buckets: dict[str, tuple[float, ...]]) -> Dashboar
                                   "Time between consecutive output tokens"))
         .with_panel(latency_panel("End-to-end latency", "vllm:e2e_request_latency_seconds",
                                   "Request latency from arrival to last token"))
-        .with_panel(slo_tile("TTFT", "vllm:time_to_first_token_seconds", "time to first token"))
-        .with_panel(slo_tile("InterToken", "vllm:inter_token_latency_seconds", "inter-token latency"))
-        .with_panel(slo_tile("EndToEnd", "vllm:e2e_request_latency_seconds", "end-to-end latency"))
-        .with_row(row("Load"))
+    )
+    for slo in config.slos:
+        board = board.with_panel(slo_tile(slo))
+    return (
+        board.with_row(row("Load"))
         .with_panel(graph("Running and waiting requests", "Requests in the engine's running batch and in its "
                           "waiting queue (vLLM gauges, summed over engines).", "short",
                           (f"sum({sel('vllm:num_requests_running', VLLM)})", "running"),
