@@ -13,7 +13,7 @@ from pathlib import Path
 
 from dashboards.config import Config, LatencySLO
 from dashboards.promql import error_ratio
-from metrics.local import le_label
+from metrics.registry import le_label
 
 ENGINE = "job, instance, model, model_instance, engine"
 INSTANCE = "job, instance, model, model_instance"
@@ -173,15 +173,16 @@ def alerts(config: Config) -> list[Alert]:
               "KV-cache usage, batch size (tokens per step), generation lengths.",
               "Give the engine more KV cache or admit fewer concurrent sequences (max_num_seqs).",
               "vllm-triton-saturation", "Preemptions/s"),
-        Alert("VllmMetricsUpdatesDropped",
-              f"sum by ({INSTANCE}) (increase(vllm_triton_metrics_dropped_updates_total{s()}[10m])) > 0",
-              config.dropped_updates_for, "warning", "The backend's metrics exporter drops updates.",
-              "{{ $labels.model_instance }} dropped {{ $value | humanize }} metric updates in 10m.",
-              "Histogram observations arrive faster than the exporter publishes them to Triton; some latency "
-              "observations are missing from the histograms.",
-              "vllm_triton_metrics_pending_updates and the server's CPU load.",
-              "Usually transient under extreme load; if sustained, report it with the load figures.",
-              "vllm-triton-health", "Pending and dropped metric updates"),
+        Alert("VllmMetricsErrors",
+              f"sum by ({INSTANCE}, stage) (increase(vllm_triton_metrics_errors_total{s()}[10m])) > 0",
+              config.metrics_errors_for, "warning", "The backend's metrics path fails.",
+              "{{ $labels.model_instance }} had {{ $value | humanize }} metrics {{ $labels.stage }} errors in 10m.",
+              "vLLM's stat logger (stage record) or the publisher to Triton (stage publish) raised; the engine keeps "
+              "serving, but some metric values are missing or stale.",
+              "The server log: the first error of each kind is logged with its traceback ('metrics record failed' "
+              "or 'metrics publish failed').",
+              "Report it with the log lines and the vLLM version; a family Triton refuses is named in the log.",
+              "vllm-triton-health", "Metrics errors"),
     ]
     for slo in config.slos:
         budget = 1 - slo.objective

@@ -1,7 +1,11 @@
 """Owns vLLM's `AsyncLLM` on a dedicated asyncio event loop thread.
 
 Triton calls `execute()` on its own thread; vLLM's AsyncLLM needs a running event loop for its output
-handler. Everything that touches the engine runs on this loop; other threads hand it coroutines.
+handler. Everything that touches a running engine runs on this loop; other threads hand it coroutines.
+
+Building an engine takes tens of seconds and blocks, so it runs on a thread of its own: the loop keeps
+serving (and answering "restarting") meanwhile; the new engine's output handler is then started on this loop. An engine that arrives after its start timed out, or after shutdown began, is shut down —
+never left running without an owner.
 """
 
 from __future__ import annotations
@@ -9,12 +13,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from backend.errors import ConfigError
 
 T = TypeVar("T")
+SHUTDOWN_TIMEOUT_S = 60.0
 
 
 class EngineStartError(ConfigError):
@@ -22,11 +27,16 @@ class EngineStartError(ConfigError):
 
 
 class EngineRunner:
-    def __init__(self, engine_args: Any, stat_loggers: list[Any] | None = None) -> None:
+    def __init__(self, engine_args: Any, stat_loggers: list[Any] | None = None,
+                 start_timeout_s: float = 600.0) -> None:
         self._engine_args = engine_args
         self._stat_loggers = stat_loggers or None
+        self._start_timeout_s = start_timeout_s
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run_loop, name="vllm-engine-loop", daemon=True)
+        self._lock = threading.Lock()
+        self._closed = False
+        self._building: concurrent.futures.Future[Any] | None = None
         self.engine: Any = None
 
     def _run_loop(self) -> None:
@@ -34,18 +44,62 @@ class EngineRunner:
         self.loop.run_forever()
 
     def start(self) -> None:
-        """Create the engine on the loop (vLLM starts its output handler there); raise with the cause."""
+        """Start the loop and the first engine; raise with the cause."""
         self._thread.start()
         try:
-            self.engine = self.call(self._create())
+            self.engine = self._build(timeout=None)
         except Exception as exc:
             self._stop_loop()
-            raise EngineStartError(f"the vLLM engine failed to start: {type(exc).__name__}: {exc}") from exc
+            raise exc if isinstance(exc, EngineStartError) else EngineStartError(
+                f"the vLLM engine failed to start: {type(exc).__name__}: {exc}") from exc
 
-    async def _create(self) -> Any:
+    def restart(self) -> None:
+        """Shut the current engine (and its processes) down and build a new one; the loop keeps running."""
+        old, self.engine = self.engine, None
+        if old is not None:
+            self._shutdown_engine(old)
+        self.engine = self._build(self._start_timeout_s)
+
+    def _build(self, timeout: float | None) -> Any:
+        with self._lock:
+            if self._closed:
+                raise EngineStartError("the model is being unloaded")
+            future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+            self._building = future
+        threading.Thread(target=self._create, args=(future,), name="vllm-engine-start", daemon=True).start()
+        try:
+            engine = future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.add_done_callback(self._discard_late)  # shut it down when it arrives
+            raise EngineStartError(f"the vLLM engine did not start within {timeout:g} s") from None
+        with self._lock:
+            self._building = None
+            closed = self._closed
+        if closed:  # shutdown() began meanwhile and waits for this engine: it shuts it down
+            raise EngineStartError("the model was unloaded while the engine was starting")
+        self.call(self._attach(engine), timeout=SHUTDOWN_TIMEOUT_S)
+        return engine
+
+    @staticmethod
+    async def _attach(engine: Any) -> None:
+        """Start the engine's output handling on this loop now, as AsyncLLM does when it is built inside a running
+        loop: messages from the EngineCore (probe answers, a failed executor) are read from the first moment."""
+        engine._run_output_handler()
+
+    def _create(self, future: concurrent.futures.Future[Any]) -> None:
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        return AsyncLLM.from_engine_args(self._engine_args, stat_loggers=self._stat_loggers)
+        try:
+            future.set_result(AsyncLLM.from_engine_args(self._engine_args, stat_loggers=self._stat_loggers))
+        except BaseException as exc:
+            future.set_exception(exc)
+
+    def _discard_late(self, future: concurrent.futures.Future[Any]) -> None:
+        with self._lock:
+            if self._building is future:
+                self._building = None
+        if future.exception() is None:
+            self._shutdown_engine(future.result())
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
@@ -53,37 +107,35 @@ class EngineRunner:
     def call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         return self.submit(coro).result(timeout)
 
-    def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
-        self.loop.call_soon_threadsafe(fn, *args)
-
-    def shutdown(self, abort_all: Callable[[], Awaitable[None]] | None = None) -> None:
-        """Abort what is left, shut the engine (and its processes) down, stop the loop."""
-        if self.engine is not None and self._thread.is_alive():
-            if abort_all is not None:
-                try:
-                    self.call(abort_all(), timeout=10)
-                except Exception:
-                    pass
+    def shutdown(self) -> None:
+        """Shut every engine down — the current one and one still starting — then stop the loop."""
+        with self._lock:
+            self._closed = True
+            building = self._building
+        engine, self.engine = self.engine, None
+        if engine is not None:
+            self._shutdown_engine(engine)
+        if building is not None:
             try:
-                self.call(self._shutdown_engine(), timeout=60)
+                late = building.result(self._start_timeout_s)
             except Exception:
-                pass
-        self.engine = None
+                late = None
+            if late is not None:
+                self._shutdown_engine(late)
         self._stop_loop()
 
-    def restart(self, start_timeout: float = 600.0) -> None:
-        """Shut the current engine (and its processes) down and start a new one on the same loop."""
-        old, self.engine = self.engine, None
-        if old is not None:
-            self.call(self._shutdown(old), timeout=60)
-        self.engine = self.call(self._create(), timeout=start_timeout)
+    def _shutdown_engine(self, engine: Any) -> None:
+        """On the loop when it runs (the output handler lives there), else here; never raises."""
+        async def shutdown() -> None:
+            engine.shutdown()
 
-    async def _shutdown_engine(self) -> None:
-        await self._shutdown(self.engine)
-
-    @staticmethod
-    async def _shutdown(engine: Any) -> None:
-        engine.shutdown()
+        try:
+            if self._thread.is_alive():
+                self.call(shutdown(), timeout=SHUTDOWN_TIMEOUT_S)
+            else:
+                engine.shutdown()
+        except Exception:
+            pass
 
     def _stop_loop(self) -> None:
         if self._thread.is_alive():

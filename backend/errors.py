@@ -42,3 +42,9 @@ class RequestCancelled(RequestError):
 
 class ConfigError(Exception):
     """The model's configuration is wrong: the model load fails with this message."""
+
+
+class InternalError(RequestError):
+    """Something unexpected inside the backend; the details are in the server log, under the request id."""
+
+    code = ErrorCode.INTERNAL

@@ -1,18 +1,28 @@
-"""Serving requests: decode in Triton's thread, generate on the engine loop, respond via the response thread."""
+"""Serving requests: decode in Triton's thread, generate on the engine loop, respond via the response thread.
+
+Every request accepted here gets exactly one final response, whatever happens: a decoding error, an
+unexpected exception, a cancelled generation task, an engine that dies, a stream that ends without a final
+output, or an unload. Nothing raises out of `submit()`: an exception leaving Triton's `execute()` makes Triton
+answer and free the request behind the backend's back.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import time
+import traceback
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 from backend.engine_runner import EngineRunner
-from backend.errors import EngineUnavailable, InvalidRequest, RequestError
+from backend.errors import EngineUnavailable, InternalError, InvalidRequest, RequestCancelled, RequestError
 from backend.lora import LoraRegistry
-from backend.request_decoding import GenerateRequest, RequestView, decode_request
+from backend.request_decoding import GenerateRequest, OutputOptions, RequestView, decode_request
 from backend.response_encoding import chunk_from_output
 from backend.response_thread import InflightRequest, Outcome, ResponseThread, TritonIO
+
+UNLOADING = "the model is being unloaded; send the request again once it is loaded"
 
 
 class GenerationService:
@@ -40,21 +50,23 @@ class GenerationService:
 
     # -- Triton's execute thread ----------------------------------------------------------------
     def submit(self, request: Any, view: RequestView) -> None:
-        inflight = InflightRequest(uuid.uuid4().hex, request.get_response_sender(), None, False)
+        """Accept one request; it ends with exactly one final response, and nothing raises from here."""
+        inflight = InflightRequest(uuid.uuid4().hex, request.get_response_sender(), OutputOptions())
         self.responses.register(inflight)
         try:
             if self._refusal is not None:
                 raise self._refusal
             decoded = decode_request(view)
             self._lora.check(decoded.sampling.lora_name)
+            inflight.options = decoded.outputs
+            self._runner.submit(self._generate(decoded, inflight))
         except RequestError as error:
             self.responses.send_error(inflight, error)
-            return
-        inflight.options, inflight.stream = decoded.outputs, decoded.stream
-        self._runner.submit(self._generate(decoded, inflight))
+        except Exception as exc:  # a bug or a library's surprise: this request fails, nothing else does
+            self.responses.send_error(inflight, self._internal(inflight, "accepting the request", exc))
 
     def refuse_new_requests(self, error: RequestError | None) -> None:
-        """While set, every new request fails fast with this error (the health monitor sets it)."""
+        """While set, every new request fails fast with this error (the health monitor and unload set it)."""
         self._refusal = error
 
     def fail_inflight(self, error: RequestError) -> None:
@@ -71,7 +83,10 @@ class GenerationService:
         if request.prepend_input:
             prefix = request.prompt if isinstance(request.prompt, str) else request.prompt["prompt"]
         last = None
+        error: RequestError = InternalError(f"generation stopped unexpectedly (request id {inflight.request_id})")
         try:
+            if inflight.cancelled:  # noticed before the request reached the engine: it never starts
+                raise RequestCancelled("request was cancelled by the client")
             engine = self._runner.engine
             if engine is None:
                 raise EngineUnavailable("the engine is restarting")
@@ -84,41 +99,65 @@ class GenerationService:
                 if request.stream:
                     self.responses.send_chunk(
                         inflight, chunk_from_output(output, params.n, logprobs=request.client_logprobs))
-            if not request.stream and last is not None:
-                self.responses.send_chunk(
-                    inflight, chunk_from_output(last, params.n, prefix, logprobs=request.client_logprobs))
+            if last is not None and last.finished:
+                if not request.stream:
+                    self.responses.send_chunk(
+                        inflight, chunk_from_output(last, params.n, prefix, logprobs=request.client_logprobs))
+                return
+            self._log.error(f"request {inflight.request_id}: vLLM's output stream ended without a final output")
+            error = InternalError(f"generation ended without a final output (request id {inflight.request_id})")
+        except asyncio.CancelledError:
+            error = EngineUnavailable(UNLOADING)
+            raise
         except Exception as exc:  # every failure ends this request only, with a specific error
-            self.responses.send_error(inflight, self._classify(exc, started=last is not None))
+            error = self._classify(exc, inflight, started=last is not None)
+        finally:
+            if last is None or not last.finished:
+                self.responses.send_error(inflight, error)
 
-    def _classify(self, exc: BaseException, started: bool) -> RequestError:
+    def _classify(self, exc: Exception, inflight: InflightRequest, started: bool) -> RequestError:
         if isinstance(exc, RequestError):
             return exc
         if isinstance(exc, self._client_error) or (isinstance(exc, ValueError) and not started):
             return InvalidRequest(str(exc))
         if isinstance(exc, self._dead_error):
-            return EngineUnavailable(f"the vLLM engine is dead: {exc}")
-        if isinstance(exc, asyncio.CancelledError):
-            return EngineUnavailable("the model is shutting down")
-        cause = exc.__cause__ or exc
-        self._log.error(f"generation failed: {type(cause).__name__}: {cause}")
-        return RequestError(f"generation failed: {type(cause).__name__}: {cause}")
+            return EngineUnavailable("the vLLM engine is dead; the health monitor replaces or unloads it if on")
+        return self._internal(inflight, "generating", exc)
+
+    def _internal(self, inflight: InflightRequest, doing: str, exc: BaseException) -> RequestError:
+        """Log the whole story with the request id; tell the client only what it can act on."""
+        detail = "".join(traceback.format_exception(exc)).rstrip()
+        self._log.error(f"request {inflight.request_id}: unexpected error while {doing}:\n{detail}")
+        return InternalError(f"internal error while {doing} ({type(exc).__name__}); the server log has the "
+                             f"details under request id {inflight.request_id}")
 
     def _abort(self, inflight: InflightRequest) -> None:
         engine = self._runner.engine
         if engine is not None:
             self._runner.submit(engine.abort(inflight.request_id))
 
-    async def abort_all(self) -> None:
-        ids = [r.request_id for r in self.responses.inflight()]
-        if ids and self._runner.engine is not None:
-            await self._runner.engine.abort(ids)
-
     def _finished(self, inflight: InflightRequest, outcome: Outcome) -> None:
         if self._on_finished_hook is not None:
             self._on_finished_hook(inflight, outcome)
 
+    # -- unload --------------------------------------------------------------------------------------
+    def drain(self, timeout_s: float) -> int:
+        """Refuse new requests and let in-flight ones finish for up to `timeout_s`; end the rest with an error.
+
+        Returns how many had to be aborted."""
+        self.refuse_new_requests(EngineUnavailable(UNLOADING))
+        deadline = time.monotonic() + timeout_s
+        while self.responses.inflight() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        left = self.responses.inflight()
+        if left:
+            self.fail_inflight(EngineUnavailable(
+                f"the model is being unloaded and this request did not finish within {timeout_s:g} s "
+                "(UNLOAD_DRAIN_TIMEOUT_S)"))
+        return len(left)
+
     def close(self) -> None:
-        self.refuse_new_requests(EngineUnavailable("the model is being unloaded"))
-        self.fail_inflight(EngineUnavailable("the model is being unloaded"))
-        self._runner.shutdown(self.abort_all)
+        """After `drain()`: shut the engine down and stop the response thread once everything was answered."""
+        self.fail_inflight(EngineUnavailable(UNLOADING))
+        self._runner.shutdown()
         self.responses.stop()

@@ -35,6 +35,8 @@ class TritonPythonModel:
             raise pb_utils.TritonModelException(str(exc)) from None
 
     def execute(self, requests):
+        # The instance answers every request through its response sender and never raises: an exception here
+        # would make Triton answer and free the requests while the backend still holds them.
         self._instance.execute(requests)
         return None
 

@@ -18,7 +18,7 @@ from backend.generation import GenerationService
 from backend.lora import LoraRegistry
 from backend.response_thread import InflightRequest, Outcome
 from backend.server_flags import explicit_model_control, server_argv
-from backend.settings import BackendSettings
+from backend.settings import PYTHON_BACKEND_KEYS, BackendSettings, check_known_keys, config_parameters
 from backend.triton_io import PbTritonIO, TritonLogger, TritonRequestView
 from health.families import HealthFamilies
 from health.heartbeat import Heartbeat
@@ -37,6 +37,8 @@ class ModelInstance:
                 "the vllm backend needs a decoupled model: add `model_transaction_policy { decoupled: true }` "
                 "to config.pbtxt (or let Triton auto-complete the config)"
             )
+        params = config_parameters(model_config)
+        check_known_keys(params, BackendSettings.KEYS | HealthSettings.keys() | PYTHON_BACKEND_KEYS)
         self.settings = BackendSettings.from_model_config(model_config)
         self.health_settings = HealthSettings.from_model_config(model_config)
         explicit = explicit_model_control(server_argv())
@@ -46,7 +48,7 @@ class ModelInstance:
                 "any other mode can crash Triton); use restart or fail, or start the server in explicit mode"
             )
         engine_config = validate_engine_config(resolve_local_paths(load_model_json(model_dir), model_dir))
-        check_device(engine_config, args, self.log)
+        check_device(engine_config, args, self.log, params.get("GPU_DEVICE_IDS"))
         self.lora = LoraRegistry.load(model_dir, engine_config)
         self.metrics = self._metrics_exporter(args, engine_config)
         self.heartbeat = Heartbeat()
@@ -84,7 +86,7 @@ class ModelInstance:
     def _health_monitor(self, model_name: str, explicit: bool) -> HealthMonitor:
         import triton_python_backend_utils as pb_utils
 
-        families = HealthFamilies(self.metrics.store, self.metrics.labels) if self.metrics else None
+        families = HealthFamilies(self.metrics.registry) if self.metrics else None
         unload = (lambda: pb_utils.unload_model(model_name)) if explicit else None
         return HealthMonitor(self.health_settings, model_name, self.runner, self.service, self.heartbeat,
                              self.log, families, unload)
@@ -102,12 +104,25 @@ class ModelInstance:
             self.metrics.request_finished(outcome.value)
 
     def execute(self, requests: list[Any]) -> None:
+        """Hand each request to the service, which answers every one itself; nothing may raise out of here."""
         for request in requests:
-            self.service.submit(request, TritonRequestView(request))
+            try:
+                self.service.submit(request, TritonRequestView(request))
+            except Exception as exc:  # e.g. no response sender: nothing can be answered, so say it in the log
+                self.log.error(f"a request could not be accepted: {type(exc).__name__}: {exc}")
 
     def close(self) -> None:
+        """Unload: stop watching, let in-flight requests finish (bounded), then stop the engine and metrics."""
         if self.monitor is not None:
             self.monitor.stop()
+        timeout = self.settings.unload_drain_timeout_s
+        inflight = len(self.service.responses.inflight())
+        if inflight:
+            self.log.info(f"unloading: letting {inflight} in-flight request(s) finish (up to {timeout:g} s)")
+        aborted = self.service.drain(timeout)
+        if aborted:
+            self.log.warn(f"unloading: {aborted} request(s) did not finish within {timeout:g} s and were aborted")
         self.service.close()
         if self.metrics is not None:
             self.metrics.stop()
+        self.log.info("unloaded: the engine and its processes are shut down")

@@ -87,15 +87,25 @@ def _decode_prompt(view: RequestView) -> str | dict[str, Any]:
 
 
 def _decode_image(value: Any) -> Any:
+    """A base64 image file → RGB. PIL's decompression-bomb warning is an error here: a small upload must not
+    make the server allocate gigabytes."""
+    import warnings
     from io import BytesIO
 
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image
 
     try:
         raw = base64.b64decode(_decode_text(value, "image"), validate=True)
-        return Image.open(BytesIO(raw)).convert("RGB")
-    except (binascii.Error, UnidentifiedImageError, OSError) as exc:
-        raise InvalidRequest(f"image: each element must be a base64-encoded image file ({exc})") from None
+    except (binascii.Error, ValueError) as exc:
+        raise InvalidRequest(f"image: not valid base64 ({exc}); send each image file base64-encoded") from None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            return Image.open(BytesIO(raw)).convert("RGB")
+    except (Image.DecompressionBombWarning, Image.DecompressionBombError):
+        raise InvalidRequest(f"image: larger than {Image.MAX_IMAGE_PIXELS} pixels; send a smaller image") from None
+    except Exception as exc:  # PIL raises many types for truncated or crafted files
+        raise InvalidRequest(f"image: cannot be decoded as an image file ({type(exc).__name__}: {exc})") from None
 
 
 def _sampling(view: RequestView) -> SamplingRequest:

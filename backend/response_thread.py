@@ -13,7 +13,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from backend.errors import ErrorCode, RequestCancelled, RequestError
@@ -52,8 +52,6 @@ class InflightRequest:
     request_id: str
     sender: Any
     options: OutputOptions
-    stream: bool
-    started: float = field(default_factory=time.monotonic)
     cancelled: bool = False
     done: bool = False
 
@@ -119,7 +117,11 @@ class ResponseThread:
                 except queue.Empty:
                     break
             for item in self._coalesce([i for i in batch if i is not None]):
-                self._deliver(item)
+                try:
+                    self._deliver(item)
+                except Exception as exc:  # this thread serves every request: it must outlive any one of them
+                    self._log_error(f"delivering a response for request {item.request.request_id} "
+                                    f"failed: {type(exc).__name__}: {exc}")
             if None in batch:
                 return
             if time.monotonic() - last_poll >= self._cancel_poll_s:
@@ -156,14 +158,17 @@ class ResponseThread:
             )
             request.sender.send(response, flags=self._io.final_flag if final else 0)
         except Exception as exc:  # a broken sender must not stop the thread serving everyone else
-            self._log_error(f"[vllm] sending a response for request {request.request_id} failed: {exc}")
+            self._log_error(f"sending a response for request {request.request_id} failed: {exc}")
             final = True
             error = error or RequestError(str(exc))
         if final:
             request.done = True
             with self._lock:
                 self._inflight.pop(request.request_id, None)
-            self._on_finished(request, Outcome.COMPLETED if error is None else outcome_of(error))
+            try:
+                self._on_finished(request, Outcome.COMPLETED if error is None else outcome_of(error))
+            except Exception as exc:
+                self._log_error(f"counting the end of request {request.request_id} failed: {exc}")
 
     def _poll_cancellation(self) -> None:
         """On the sending thread on purpose: once a final response is sent Triton frees the request, and
@@ -177,4 +182,7 @@ class ResponseThread:
                 cancelled = False
             if cancelled:
                 request.cancelled = True
-                self._on_cancel(request)
+                try:
+                    self._on_cancel(request)
+                except Exception as exc:
+                    self._log_error(f"aborting cancelled request {request.request_id} failed: {exc}")

@@ -9,6 +9,7 @@ booleans given as strings ("0.1", "true"), `structured_outputs` as an object or 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,11 +31,19 @@ class SamplingRequest:
     lora_name: str | None
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(name)
+
+
 def parse_parameters_json(text: str, source: str) -> dict[str, Any]:
     try:
-        value = json.loads(text) if text.strip() else {}
+        value = json.loads(text, parse_constant=_no_constant) if text.strip() else {}
     except json.JSONDecodeError as exc:
         raise InvalidRequest(f"{source}: not valid JSON ({exc.msg} at position {exc.pos})") from None
+    except RecursionError:
+        raise InvalidRequest(f"{source}: JSON nested too deeply; send a flat object of sampling parameters") from None
+    except ValueError as exc:
+        raise InvalidRequest(f"{source}: {exc} is not a number JSON allows; send a finite number") from None
     if not isinstance(value, dict):
         raise InvalidRequest(f"{source}: must be a JSON object, got {type(value).__name__}")
     return value
@@ -70,9 +79,23 @@ def build_sampling(raw: dict[str, Any], source: str) -> SamplingRequest:
         params = msgspec.convert(values, SamplingParams, strict=False)
     except msgspec.ValidationError as exc:
         raise InvalidRequest(f"{source}: {_reword(str(exc))}") from None
+    except RecursionError:
+        raise InvalidRequest(f"{source}: a sampling parameter is nested too deeply") from None
     except Exception as exc:  # vLLM's own range checks (VLLMValidationError: "max_tokens must be at least 1")
         raise InvalidRequest(f"{source}: {exc}") from None
+    for key in values:
+        if not _finite(getattr(params, key, None)):
+            raise InvalidRequest(f"{source}: sampling parameter {key!r} must be a finite number")
     return SamplingRequest(params=params, lora_name=lora_name)
+
+
+def _finite(value: Any) -> bool:
+    """NaN or infinity ("nan" as a string converts too) would reach the sampler; vLLM does not check it."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(_finite(v) for v in value.values())
+    return True
 
 
 def _reword(message: str) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -9,6 +11,10 @@ from backend.errors import ConfigError
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off", ""}
+# Keys Triton's Python backend itself reads from the same `parameters` block.
+PYTHON_BACKEND_KEYS = frozenset({"EXECUTION_ENV_PATH", "FORCE_CPU_ONLY_INPUT_TENSORS"})
+# Keys the official vLLM backend reads that this backend reads too (see backend.device for GPU_DEVICE_IDS).
+OFFICIAL_KEYS = frozenset({"REPORT_CUSTOM_METRICS", "ENABLE_VLLM_HEALTH_CHECK", "GPU_DEVICE_IDS"})
 
 
 def parse_bool(name: str, value: str) -> bool:
@@ -23,6 +29,17 @@ def parse_bool(name: str, value: str) -> bool:
     )
 
 
+def parse_positive(name: str, value: str, kind: type = float, allow_zero: bool = False) -> Any:
+    try:
+        number = kind(value.strip())
+    except ValueError:
+        number = None
+    if number is None or number != number or number == float("inf") or number < 0 or (number == 0 and not allow_zero):
+        wanted = "a non-negative" if allow_zero else "a positive"
+        raise ConfigError(f"config.pbtxt parameter {name}: {value!r} is not {wanted} {kind.__name__}")
+    return number
+
+
 def config_parameters(model_config: dict[str, Any]) -> dict[str, str]:
     """`parameters { key: "X" value: { string_value: "Y" } }` as a plain dict."""
     return {
@@ -31,17 +48,35 @@ def config_parameters(model_config: dict[str, Any]) -> dict[str, str]:
     }
 
 
+def check_known_keys(params: Iterable[str], known: Iterable[str]) -> None:
+    """A key nobody reads is a typo that would silently do nothing: fail the load and suggest the key meant."""
+    known = sorted(set(known))
+    for key in sorted(params):
+        if key in known:
+            continue
+        close = difflib.get_close_matches(key.upper(), known, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]}? " if close else ""
+        raise ConfigError(f"config.pbtxt parameter {key}: unknown to the vllm backend; {hint}"
+                          f"known keys: {', '.join(known)}")
+
+
 @dataclass(frozen=True)
 class BackendSettings:
     """Everything config.pbtxt can switch. Health-monitor settings live in `health.settings`."""
 
     report_custom_metrics: bool = False
+    unload_drain_timeout_s: float = 30.0  # UNLOAD_DRAIN_TIMEOUT_S: in-flight requests may finish this long
+
+    KEYS = frozenset({"REPORT_CUSTOM_METRICS", "UNLOAD_DRAIN_TIMEOUT_S", "GPU_DEVICE_IDS"})
 
     @classmethod
     def from_model_config(cls, model_config: dict[str, Any]) -> BackendSettings:
         params = config_parameters(model_config)
+        drain = params.get("UNLOAD_DRAIN_TIMEOUT_S")
         return cls(
             report_custom_metrics=parse_bool(
                 "REPORT_CUSTOM_METRICS", params.get("REPORT_CUSTOM_METRICS", "false")
             ),
+            unload_drain_timeout_s=30.0 if drain is None else parse_positive("UNLOAD_DRAIN_TIMEOUT_S", drain,
+                                                                                 allow_zero=True),
         )

@@ -66,7 +66,7 @@ class Config:
     unhealthy_for: str = "1m"
     absent_for: str = "5m"
     target_down_for: str = "5m"
-    dropped_updates_for: str = "5m"
+    metrics_errors_for: str = "5m"
 
     slos: tuple[LatencySLO, ...] = (
         LatencySLO("TTFT", "vllm:time_to_first_token_seconds", 2.5,

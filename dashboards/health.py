@@ -37,12 +37,10 @@ def build(config: Config, slo_buckets: dict[str, tuple[float, ...]]) -> Dashboar
                           (f"sum by (model_instance) (increase({sel('vllm_triton_engine_restarts_total', TRITON)}"
                            f"[$__rate_interval]))", "{{model_instance}}"), span=24))
         .with_row(row("Exporter"))
-        .with_panel(graph("Pending and dropped metric updates", "Histogram observations waiting to be published, "
-                          "and updates dropped because the buffer was full (should be 0).", "short",
-                          (f"sum by (model_instance) ({sel('vllm_triton_metrics_pending_updates', TRITON)})",
-                           "pending {{model_instance}}"),
-                          (sum_rate("vllm_triton_metrics_dropped_updates_total", TRITON, "model_instance"),
-                           "dropped/s {{model_instance}}")))
+        .with_panel(graph("Metrics errors", "Failures inside the metrics path per second, by stage: record "
+                          "(vLLM's stat logger) and publish (to Triton). Should be 0; the engine keeps serving.",
+                          "short", (sum_rate("vllm_triton_metrics_errors_total", TRITON, "model_instance, stage"),
+                                    "{{stage}} {{model_instance}}")))
         .with_panel(graph("Seconds since vLLM's last stats", "Seconds since the engine last reported stats "
                           "(grows while idle).", "s",
                           (sel("vllm_triton_metrics_seconds_since_last_record", TRITON), "{{model_instance}}")))

@@ -7,7 +7,7 @@ from grafana_foundation_sdk.models.dashboard import DashboardCursorSync, Variabl
 
 from dashboards.config import Config
 from dashboards.panels import DATASOURCE
-from metrics.local import le_label
+from metrics.registry import le_label
 
 TAGS = ["vllm", "triton", "llm", "generated"]
 

@@ -1,16 +1,16 @@
-"""Health as metrics (`vllm_triton_engine_*`), in the same store as the other families."""
+"""Health as metrics (`vllm_triton_engine_*`), in the same registry as the other families."""
 
 from __future__ import annotations
 
 from health.evaluator import State
-from metrics.local import Kind, MetricStore, bound_classes
+from metrics.registry import InstanceRegistry, Kind
 
 PROBE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
 class HealthFamilies:
-    def __init__(self, store: MetricStore, constant_labels: dict[str, str]) -> None:
-        classes = bound_classes(store, constant_labels)
+    def __init__(self, registry: InstanceRegistry) -> None:
+        classes = registry.classes()
         gauge, counter, histogram = classes[Kind.GAUGE], classes[Kind.COUNTER], classes[Kind.HISTOGRAM]
         self.healthy = gauge("vllm_triton_engine_healthy",
                              "1 while the engine serves requests (healthy or degraded), 0 while it is unhealthy.")

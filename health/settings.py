@@ -7,7 +7,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from backend.errors import ConfigError
-from backend.settings import config_parameters, parse_bool
+from backend.settings import config_parameters, parse_bool, parse_positive
 
 
 class Recovery(enum.Enum):
@@ -44,12 +44,19 @@ class HealthSettings:
                 except ValueError:
                     raise ConfigError(f"config.pbtxt parameter {key}: {raw!r}; use fail, unload or restart") from None
                 continue
-            kind = int if isinstance(field.default, int) else float
-            try:
-                number = kind(raw)
-            except ValueError:
-                number = None
-            if number is None or number <= 0:
-                raise ConfigError(f"config.pbtxt parameter {key}: {raw!r} is not a positive {kind.__name__}")
-            values[field.name] = number
-        return cls(**values)
+            values[field.name] = parse_positive(key, raw, int if isinstance(field.default, int) else float)
+        settings = cls(**values)
+        settings._check()
+        return settings
+
+    @classmethod
+    def keys(cls) -> frozenset[str]:
+        return frozenset({"ENABLE_VLLM_HEALTH_CHECK", *("HEALTH_" + f.name.upper() for f in fields(cls)
+                                                         if f.name != "enabled")})
+
+    def _check(self) -> None:
+        """Settings that contradict each other would make the monitor misjudge the engine: fail the load."""
+        if self.degraded_probe_s >= self.probe_timeout_s:
+            raise ConfigError(f"HEALTH_DEGRADED_PROBE_S ({self.degraded_probe_s:g}) must be less than "
+                              f"HEALTH_PROBE_TIMEOUT_S ({self.probe_timeout_s:g}): a probe slower than the first is "
+                              "degraded, one slower than the second failed")

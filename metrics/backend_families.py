@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from metrics.local import Kind, MetricStore, bound_classes
+from metrics.registry import InstanceRegistry, Kind
 
 OUTCOMES = ("completed", "cancelled", "rejected", "failed")
 INFO_NAME = "vllm_triton_info"
@@ -22,13 +22,12 @@ class BackendInfo:
 
 
 class BackendFamilies:
-    """Info, request outcomes and the exporter's own health; gauges are refreshed before each publish."""
+    """Info, request outcomes and the exporter's own liveness; gauges are refreshed before each publish."""
 
-    def __init__(self, store: MetricStore, constant_labels: dict[str, str], info: BackendInfo,
-                 inflight_count: Callable[[], int]) -> None:
-        classes = bound_classes(store, constant_labels)
+    def __init__(self, registry: InstanceRegistry, info: BackendInfo, inflight_count: Callable[[], int]) -> None:
+        classes = registry.classes()
         gauge, counter = classes[Kind.GAUGE], classes[Kind.COUNTER]
-        self._store = store
+        self._registry = registry
         self._inflight_count = inflight_count
         gauge(INFO_NAME, INFO_HELP,
               labelnames=["vllm_version", "backend_version", "metrics_enabled", "health_check_enabled"]).labels(
@@ -41,24 +40,14 @@ class BackendFamilies:
                            "client), rejected (bad input), failed (engine or internal error).",
                            labelnames=["outcome"])
         self.finished = {outcome: finished.labels(outcome) for outcome in OUTCOMES}
-        self.pending = gauge("vllm_triton_metrics_pending_updates",
-                             "Histogram observations waiting to be published at the last publish.")
-        self.dropped = counter("vllm_triton_metrics_dropped_updates",
-                               "Metric updates dropped because the pending buffer was full.")
         self.since_record = gauge("vllm_triton_metrics_seconds_since_last_record",
                                   "Seconds since vLLM last reported engine stats (grows while the engine is idle).")
-        self._dropped_published = 0
 
     def request_finished(self, outcome: str) -> None:
         self.finished[outcome].inc()
 
     def refresh(self) -> None:
-        """Called by the publisher before it drains the store."""
-        store = self._store
+        """Called by the publisher before it snapshots the registry."""
         self.inflight.set(self._inflight_count())
-        self.pending.set(store.pending_observations)
-        dropped = store.dropped_updates
-        self.dropped.inc(dropped - self._dropped_published)
-        self._dropped_published = dropped
-        if store.last_record is not None:
-            self.since_record.set(time.monotonic() - store.last_record)
+        if self._registry.last_record is not None:
+            self.since_record.set(time.monotonic() - self._registry.last_record)

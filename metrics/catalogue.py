@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from metrics.backend_families import BackendFamilies, BackendInfo
-from metrics.local import FamilySpec, MetricStore
+from metrics.errors import MetricErrors
+from metrics.registry import FamilySpec, InstanceRegistry
 from metrics.stat_logger import stat_logger_class
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,24 +43,25 @@ def vllm_config(engine: dict[str, Any]) -> Any:
 
 def vllm_families(engine: dict[str, Any], labels: dict[str, str] = EXAMPLE_LABELS) -> list[FamilySpec]:
     """The vLLM families a model instance with this model.json exports (names as exposed)."""
-    store = MetricStore()
-    logger = stat_logger_class(store, labels)(vllm_config(engine), [0])
+    registry = InstanceRegistry(labels)
+    logger = stat_logger_class(registry)(vllm_config(engine), [0])
     logger.log_engine_initialized()
-    return list(store.families.values())
+    return list(registry.specs.values())
 
 
 def backend_families(labels: dict[str, str] = EXAMPLE_LABELS) -> list[FamilySpec]:
-    store = MetricStore()
-    BackendFamilies(store, labels, BackendInfo("x", "x", True, False), lambda: 0)
-    return list(store.families.values())
+    registry = InstanceRegistry(labels)
+    MetricErrors(registry, print)
+    BackendFamilies(registry, BackendInfo("x", "x", True, False), lambda: 0)
+    return list(registry.specs.values())
 
 
 def health_families(labels: dict[str, str] = EXAMPLE_LABELS) -> list[FamilySpec]:
     from health.families import HealthFamilies
 
-    store = MetricStore()
-    HealthFamilies(store, labels)
-    return list(store.families.values())
+    registry = InstanceRegistry(labels)
+    HealthFamilies(registry)
+    return list(registry.specs.values())
 
 
 @dataclass(frozen=True)

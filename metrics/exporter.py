@@ -1,4 +1,4 @@
-"""Metrics for one model instance: the gating decision, the store, vLLM's logger class and the publisher."""
+"""Metrics for one model instance: the gating decision, the registry, vLLM's logger class and the publisher."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from typing import Any
 
 from backend.server_flags import metrics_allowed, server_argv
 from metrics.backend_families import INFO_HELP, INFO_NAME, BackendFamilies, BackendInfo
-from metrics.local import MetricStore
+from metrics.errors import MetricErrors
 from metrics.publisher import TritonPublisher
+from metrics.registry import InstanceRegistry
 from metrics.stat_logger import stat_logger_class
 
 PUBLISH_INTERVAL_S = 1.0
@@ -31,10 +32,9 @@ def triton_labels(args: dict[str, str]) -> dict[str, str]:
 
 class MetricsExporter:
     def __init__(self, pb_utils: Any, args: dict[str, str], log_error: Callable[[str], None]) -> None:
-        self.store = MetricStore()
-        self.labels = triton_labels(args)
+        self.registry = InstanceRegistry(triton_labels(args))
+        self.errors = MetricErrors(self.registry, log_error)
         self._pb = pb_utils
-        self._log_error = log_error
         self._publisher: TritonPublisher | None = None
         self.families: BackendFamilies | None = None
 
@@ -57,11 +57,11 @@ class MetricsExporter:
         return True
 
     def stat_loggers(self) -> list[type]:
-        return [stat_logger_class(self.store, self.labels)]
+        return [stat_logger_class(self.registry, self.errors)]
 
     def start(self, info: BackendInfo, inflight_count: Callable[[], int]) -> None:
-        self.families = BackendFamilies(self.store, self.labels, info, inflight_count)
-        self._publisher = TritonPublisher(self.store, self._pb, self._log_error, PUBLISH_INTERVAL_S,
+        self.families = BackendFamilies(self.registry, info, inflight_count)
+        self._publisher = TritonPublisher(self.registry, self._pb, self.errors, PUBLISH_INTERVAL_S,
                                           before_flush=self.families.refresh)
         self._publisher.flush()  # every family is on /metrics by the time the model is READY
         self._publisher.start()

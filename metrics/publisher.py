@@ -1,49 +1,53 @@
-"""The thread that publishes a `MetricStore` as Triton custom metrics.
+"""The thread that publishes an `InstanceRegistry` as Triton custom metrics.
 
 It is the only code that calls `pb_utils.MetricFamily`/`Metric`. Each such call is an IPC round trip to the
 server during which the Python stub holds the GIL (Triton 2.51's `Stub::SendMessage` does not release it), so
-every call stalls vLLM's event loop too. Hence:
+every call stalls vLLM's event loop too. Hence, once per interval, the registry is snapshotted with
+`collect()` and only what changed is sent:
 
-- counters and gauges: at most one call per changed series per publish;
-- histograms: published as the cumulative `<name>_bucket{le}`, `<name>_sum` and `<name>_count` series (Triton
-  counters, exactly what a Prometheus histogram exposes), each incremented once per publish by the number of
-  new observations — a native Triton histogram would need one `observe()` round trip per observation (one per
-  generated token for inter-token latency). Values and names equal vLLM's own exposition, `le` strings
-  included, so `histogram_quantile` and every vLLM dashboard work unchanged.
+- counters: the increase since the last publish (a value lower than the last one is a reset — an engine
+  restarted in place — and counts whole, so Triton's series stay monotonic);
+- gauges: the value, when it changed;
+- histograms: their cumulative `<name>_bucket{le}`, `<name>_sum` and `<name>_count` series, as Triton counters
+  (exactly what a Prometheus histogram exposes; a native Triton histogram would need one round trip per
+  observation). Names and `le` strings equal vLLM's own exposition, so every vLLM dashboard works unchanged.
 
-A family Triton refuses is reported once and skipped, never silently dropped. References are released in
-`stop()`: Triton 2.51's stub can crash if metric objects outlive `finalize()`.
+Every series is created at its first publish, so every family is on /metrics before any traffic. A family or
+series Triton refuses is reported once and skipped. References are released in `stop()`: Triton 2.51's stub
+can crash if metric objects outlive `finalize()`.
 """
 
 from __future__ import annotations
 
-import bisect
 import threading
 from collections.abc import Callable
 from typing import Any
 
-from metrics.local import Kind, MetricStore, Series, le_label
+from metrics.errors import MetricErrors
+from metrics.registry import InstanceRegistry, Kind
 
-INF = float("inf")
+_SeriesKey = tuple[str, tuple[tuple[str, str], ...]]
 
 
 class TritonPublisher:
     def __init__(
         self,
-        store: MetricStore,
+        registry: InstanceRegistry,
         pb_utils: Any,
-        log_error: Callable[[str], None],
+        errors: MetricErrors,
         interval_s: float = 1.0,
         before_flush: Callable[[], None] | None = None,
     ) -> None:
-        self._store = store
+        self._registry = registry
         self._pb = pb_utils
-        self._log_error = log_error
+        self._errors = errors
         self._interval_s = interval_s
         self._before_flush = before_flush
         self._families: dict[str, Any] = {}
-        self._metrics: dict[tuple[int, str], Any] = {}
+        self._metrics: dict[_SeriesKey, Any] = {}
+        self._last: dict[_SeriesKey, float] = {}
         self._refused: set[str] = set()
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="vllm-metrics", daemon=True)
 
@@ -52,74 +56,57 @@ class TritonPublisher:
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval_s):
-            try:
-                self.flush()
-            except Exception as exc:  # a failed update must not end publishing for good
-                self._log_error(f"publishing metrics failed: {type(exc).__name__}: {exc}")
+            self.flush()
 
     def flush(self) -> None:
-        if self._before_flush is not None:
-            self._before_flush()
-        for series, value, observations in self._store.drain():
-            kind = series.family.kind
-            if kind is Kind.HISTOGRAM:
-                self._publish_histogram(series, observations)
-                continue
-            metric = self._metric(series, series.family.name, kind, series.labels)
-            if metric is None:
-                continue
-            if kind is Kind.COUNTER:
-                if value > 0:
-                    metric.increment(value)
-            else:
-                metric.set(value)
+        """Publish what changed; a failure is counted and publishing goes on at the next interval."""
+        with self._lock:
+            try:
+                if self._before_flush is not None:
+                    self._before_flush()
+                self._publish_snapshot()
+            except Exception as exc:
+                self._errors.report("publish", exc)
 
-    def _publish_histogram(self, series: Series, observations: list[float]) -> None:
-        spec = series.family
-        bounds = [*spec.buckets, INF]
-        per_bucket = [0] * len(bounds)
-        for observation in observations:
-            per_bucket[bisect.bisect_left(bounds, observation)] += 1
-        cumulative = 0
-        for bound, count in zip(bounds, per_bucket, strict=True):
-            cumulative += count
-            metric = self._metric(series, f"{spec.name}_bucket", Kind.COUNTER,
-                                  {**series.labels, "le": le_label(bound)}, spec.documentation)
-            if metric is not None and cumulative:
-                metric.increment(cumulative)
-        total = sum(observations)
-        for suffix, amount in (("_sum", total), ("_count", len(observations))):
-            metric = self._metric(series, spec.name + suffix, Kind.COUNTER, series.labels, spec.documentation)
-            if metric is not None and amount > 0:
-                metric.increment(amount)
+    def _publish_snapshot(self) -> None:
+        constant = self._registry.constant_labels
+        for family in self._registry.collect():
+            kind = Kind.GAUGE if family.type == "gauge" else Kind.COUNTER
+            for sample in family.samples:
+                if sample.name.endswith("_created"):
+                    continue
+                key = (sample.name, tuple(sorted(sample.labels.items())))
+                last = self._last.get(key)
+                if last is not None and sample.value == last:
+                    continue
+                metric = self._metric(key, sample.name, kind, {**sample.labels, **constant}, family.documentation)
+                if metric is None:
+                    continue
+                if kind is Kind.GAUGE:
+                    metric.set(sample.value)
+                else:
+                    increase = sample.value - (last or 0.0) if sample.value >= (last or 0.0) else sample.value
+                    if increase > 0:
+                        metric.increment(increase)
+                self._last[key] = sample.value
 
     def _family(self, name: str, kind: Kind, documentation: str) -> Any:
         family = self._families.get(name)
-        if family is None and name not in self._refused:
-            triton_kind = {Kind.COUNTER: self._pb.MetricFamily.COUNTER, Kind.GAUGE: self._pb.MetricFamily.GAUGE}[kind]
-            try:
-                family = self._pb.MetricFamily(name=name, description=documentation or name, kind=triton_kind)
-            except Exception as exc:
-                self._refused.add(name)
-                self._log_error(f"metric family {name} ({kind.value}) cannot be published: {exc}")
-                return None
+        if family is None:
+            triton_kind = self._pb.MetricFamily.GAUGE if kind is Kind.GAUGE else self._pb.MetricFamily.COUNTER
+            family = self._pb.MetricFamily(name=name, description=documentation or name, kind=triton_kind)
             self._families[name] = family
         return family
 
-    def _metric(self, series: Series, name: str, kind: Kind, labels: dict[str, str],
-                documentation: str | None = None) -> Any:
-        key = (id(series), name if "le" not in labels else f"{name}{{le={labels['le']}}}")
+    def _metric(self, key: _SeriesKey, name: str, kind: Kind, labels: dict[str, str], documentation: str) -> Any:
         metric = self._metrics.get(key)
-        if metric is None:
-            family = self._family(name, kind, series.family.documentation if documentation is None
-                                  else documentation)
-            if family is None:
-                return None
+        if metric is None and name not in self._refused:
             try:
-                metric = family.Metric(labels=labels)
-            except Exception as exc:
+                metric = self._family(name, kind, documentation).Metric(labels=labels)
+            except Exception as exc:  # refused by Triton: reported once, skipped from now on
                 self._refused.add(name)
-                self._log_error(f"metric {name}{labels} cannot be published: {exc}")
+                self._errors.report("publish", RuntimeError(f"Triton refused metric {name} ({kind.value}): {exc}"),
+                                    kind=f"refused {name}")
                 return None
             self._metrics[key] = metric
         return metric
@@ -129,10 +116,7 @@ class TritonPublisher:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(10)
-        try:
-            self.flush()
-        except Exception as exc:
-            self._log_error(f"final metrics flush failed: {exc}")
-        self._metrics.clear()
-        self._families.clear()
-
+        self.flush()
+        with self._lock:
+            self._metrics.clear()
+            self._families.clear()

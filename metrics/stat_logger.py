@@ -1,9 +1,12 @@
-"""vLLM's own `PrometheusStatLogger`, with its metric classes swapped for in-memory ones.
+"""vLLM's own `PrometheusStatLogger`, with its metric classes bound to the instance's private registry.
 
 This is vLLM's documented extension point (its `ray_wrappers.py` swaps the same class attributes for Ray):
 every family vLLM defines for the running version and configuration — including the speculative-decoding,
 KV-connector and perf helpers' families — is created through these classes, so a new vLLM version's
 families appear without code changes, with vLLM's names, labels and buckets.
+
+Every call vLLM makes into the logger is guarded: vLLM runs `record()` inside its output handler, where an
+exception would mark the engine dead.
 """
 
 from __future__ import annotations
@@ -11,10 +14,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from metrics.local import Kind, MetricStore, bound_classes
+from metrics.errors import MetricErrors
+from metrics.registry import InstanceRegistry, Kind
 
 # PrometheusStatLogger attributes naming helper classes that create metrics with their own class attributes.
 _HELPER_ATTRIBUTES = ("_spec_decoding_cls", "_kv_connector_cls", "_ec_connector_cls", "_perf_metrics_cls")
+# The methods vLLM calls on a running engine; a failure in any of them is counted, never raised.
+_GUARDED = ("record", "record_sleep_state", "log_engine_initialized", "log")
 
 
 def _metric_attributes(classes: dict[Kind, type]) -> dict[str, type]:
@@ -22,23 +28,37 @@ def _metric_attributes(classes: dict[Kind, type]) -> dict[str, type]:
             "_histogram_cls": classes[Kind.HISTOGRAM]}
 
 
-def stat_logger_class(store: MetricStore, constant_labels: dict[str, str]) -> type:
-    """A PrometheusStatLogger subclass writing into `store`; vLLM instantiates it (it is a factory by type).
+def _guarded(base: type, method: str, registry: InstanceRegistry, errors: MetricErrors | None) -> Any:
+    original = getattr(base, method)
+
+    def call(self: Any, *args: Any, **kwargs: Any) -> None:
+        if method == "record":
+            registry.last_record = time.monotonic()
+        try:
+            original(self, *args, **kwargs)
+        except Exception as exc:
+            if errors is None:
+                raise
+            errors.report("record", exc)
+
+    call.__name__ = method
+    return call
+
+
+def stat_logger_class(registry: InstanceRegistry, errors: MetricErrors | None = None) -> type:
+    """A PrometheusStatLogger subclass writing into `registry`; vLLM instantiates it (it is a factory by type).
 
     Being a PrometheusStatLogger subclass also tells vLLM not to add its own Prometheus logger.
     """
     from vllm.v1.metrics.loggers import PrometheusStatLogger
 
-    metric_classes = _metric_attributes(bound_classes(store, constant_labels))
+    metric_classes = _metric_attributes(registry.classes())
     attributes: dict[str, Any] = dict(metric_classes)
     for helper in _HELPER_ATTRIBUTES:
         base = getattr(PrometheusStatLogger, helper, None)
         if base is not None:
             attributes[helper] = type(base.__name__, (base,), dict(metric_classes))
-
-    def record(self: Any, *args: Any, **kwargs: Any) -> None:
-        store.last_record = time.monotonic()
-        PrometheusStatLogger.record(self, *args, **kwargs)
-
-    attributes["record"] = record
+    for method in _GUARDED:
+        if hasattr(PrometheusStatLogger, method):
+            attributes[method] = _guarded(PrometheusStatLogger, method, registry, errors)
     return type("TritonStatLogger", (PrometheusStatLogger,), attributes)

@@ -102,6 +102,8 @@ class TritonServer:
         self.env = {**os.environ, **(env or {})}
         self.process: subprocess.Popen[bytes] | None = None
         self._shm_before: set[str] = set()
+        self.forced_kills: list[str] = []
+        self.removed_shm: list[str] = []
 
     @property
     def host(self) -> str:
@@ -178,10 +180,29 @@ class TritonServer:
                 self.process.wait(timeout)
             except subprocess.TimeoutExpired:
                 pass
+        self.forced_kills = self._group_members(pgid)
         self._kill_group(pgid)
         self.process.wait()
-        self._remove_leftover_shm()
+        self.removed_shm = self._remove_leftover_shm()
         self.process = None
+
+    @property
+    def stopped_cleanly(self) -> bool:
+        """Whether the last stop() found nothing to clean up: every backend process ended and freed its memory."""
+        return not self.forced_kills and not self.removed_shm
+
+    @staticmethod
+    def _group_members(pgid: int) -> list[str]:
+        import psutil
+
+        members = []
+        for process in psutil.process_iter(["pid", "cmdline"]):
+            try:
+                if os.getpgid(process.pid) == pgid:
+                    members.append(f"{process.pid} {' '.join(process.info['cmdline'] or [])[:80]}")
+            except (ProcessLookupError, psutil.Error):
+                continue
+        return members
 
     @staticmethod
     def _kill_group(pgid: int) -> None:
@@ -194,10 +215,12 @@ class TritonServer:
                 return
             time.sleep(0.1)
 
-    def _remove_leftover_shm(self) -> None:
+    def _remove_leftover_shm(self) -> list[str]:
         in_use = shm_in_use()
-        for name in shm_entries() - self._shm_before - in_use:
+        leftovers = sorted(shm_entries() - self._shm_before - in_use)
+        for name in leftovers:
             (Path("/dev/shm") / name).unlink(missing_ok=True)
+        return leftovers
 
     def __enter__(self) -> TritonServer:
         return self.start()
@@ -267,7 +290,10 @@ Ctrl-C stops the server (and every process it started).
         return 0
     finally:
         server.stop()
-        say("stopped")
+        if server.stopped_cleanly:
+            say("stopped cleanly: every process ended and freed its shared memory")
+        else:
+            say(f"stopped; had to kill {server.forced_kills} and remove shared memory {server.removed_shm}")
 
 
 if __name__ == "__main__":

@@ -196,15 +196,15 @@ SCENARIOS = {
                           "values": "0+54x20"}],
         "alert_rule_test": [quiet("VllmHighPreemptionRate", "3m"),
                             fired("VllmHighPreemptionRate", "10m", WARN)]}],
-    "VllmMetricsUpdatesDropped": [{
-        "input_series": [{"series": f"vllm_triton_metrics_dropped_updates_total{{{LABELS}}}",
+    "VllmMetricsErrors": [{
+        "input_series": [{"series": f'vllm_triton_metrics_errors_total{{{LABELS},stage="record"}}',
                           "values": "0 0 0 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5"},
-                         {"series": f'vllm_triton_metrics_dropped_updates_total{{{LABELS.replace("m_0_0", "ok")}}}',
+                         {"series": f'vllm_triton_metrics_errors_total{{{LABELS.replace("m_0_0", "ok")},stage="record"}}',
                           "values": "0x25"}],
-        # one drop at 3m: pending while it is within the 10m window, firing after 5m, resolved once it left
-        "alert_rule_test": [quiet("VllmMetricsUpdatesDropped", "7m"),
-                            fired("VllmMetricsUpdatesDropped", "9m", WARN),
-                            quiet("VllmMetricsUpdatesDropped", "14m")]}],
+        # errors at 3m: pending while they are within the 10m window, firing after 5m, resolved once they left
+        "alert_rule_test": [quiet("VllmMetricsErrors", "7m"),
+                            fired("VllmMetricsErrors", "9m", {**WARN, "stage": "record"}),
+                            quiet("VllmMetricsErrors", "14m")]}],
 }
 for _slo, _hist, _le in (("TTFT", "vllm:time_to_first_token_seconds", "2.5"),
                          ("InterToken", "vllm:inter_token_latency_seconds", "0.2"),

@@ -131,7 +131,7 @@ def substitute(expr: str) -> str:
     from dashboards.config import DEFAULT
 
     values = {"__rate_interval": "1m", "job": ".*", "instance": ".*", "model": ".*", "engine": ".*"}
-    from metrics.local import le_label
+    from metrics.registry import le_label
 
     values |= {f"slo_{slo.name.lower()}": le_label(slo.threshold_s) for slo in DEFAULT.slos}
     return re.sub(r"\$(\w+)", lambda m: values[m.group(1)], expr)

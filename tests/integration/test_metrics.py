@@ -196,5 +196,7 @@ def test_backend_info_and_exporter_health(server):
     assert info.value == 1
     assert info.labels["vllm_version"] == vllm.__version__
     assert info.labels["metrics_enabled"] == "true"
-    assert value(families, "vllm_triton_metrics_dropped_updates_total", model="vllm_model") == 0
-    assert series(families, "vllm_triton_metrics_pending_updates", model="vllm_model")
+    for stage in ("record", "publish"):
+        assert series(families, "vllm_triton_metrics_errors_total", model="vllm_model", stage=stage)
+        assert value(families, "vllm_triton_metrics_errors_total", model="vllm_model", stage=stage) == 0
+    assert "metrics record failed" not in server.log_text() and "metrics publish failed" not in server.log_text()

@@ -1,7 +1,11 @@
-"""The in-memory metric classes and the publisher, against a fake pb_utils (the real one is tested end to end)."""
+"""The private registry, the guarded stat logger and the publisher, against a fake pb_utils (the real one is
+tested end to end)."""
 
-from metrics.local import Kind, MetricStore, bound_classes, exposed_name
+import pytest
+
+from metrics.errors import MetricErrors
 from metrics.publisher import TritonPublisher
+from metrics.registry import InstanceRegistry, Kind, exposed_name
 
 
 class FakeMetric:
@@ -21,8 +25,11 @@ class FakeMetric:
 class FakeFamily:
     COUNTER, GAUGE = "counter", "gauge"
     created: dict = {}
+    refuse: set = set()
 
     def __init__(self, name, description, kind):
+        if name in FakeFamily.refuse:
+            raise RuntimeError(f"refused {name}")
         self.name, self.kind, self.metrics = name, kind, []
         FakeFamily.created[name] = self
 
@@ -36,9 +43,25 @@ class FakePb:
     MetricFamily = FakeFamily
 
 
+@pytest.fixture(autouse=True)
+def fresh_fakes():
+    FakeFamily.created, FakeFamily.refuse = {}, set()
+
+
 def value(name, **labels):
     return sum(m.value for m in FakeFamily.created[name].metrics
                if all(m.labels.get(k) == v for k, v in labels.items()))
+
+
+def calls():
+    return sum(m.calls for f in FakeFamily.created.values() for m in f.metrics)
+
+
+def setup(labels=None):
+    logged = []
+    registry = InstanceRegistry(labels or {"model": "m"})
+    errors = MetricErrors(registry, logged.append)
+    return registry, errors, TritonPublisher(registry, FakePb, errors), logged
 
 
 def test_exposed_names_follow_prometheus_client():
@@ -47,16 +70,23 @@ def test_exposed_names_follow_prometheus_client():
     assert exposed_name("vllm:iteration_tokens_total", Kind.HISTOGRAM) == "vllm:iteration_tokens_total"
 
 
+def test_specs_describe_families_with_the_constant_labels():
+    registry, _, _, _ = setup()
+    registry.classes()[Kind.HISTOGRAM]("vllm:x_seconds", "doc", labelnames=["engine"], buckets=[0.1, 1.0])
+    spec = registry.specs["vllm:x_seconds"]
+    assert spec.kind is Kind.HISTOGRAM and spec.labelnames == ("engine", "model") and spec.buckets == (0.1, 1.0)
+    assert spec.sample_names == ("vllm:x_seconds_bucket", "vllm:x_seconds_sum", "vllm:x_seconds_count")
+
+
 def test_histograms_publish_exact_cumulative_buckets_with_few_calls():
-    FakeFamily.created = {}
-    store = MetricStore()
-    classes = bound_classes(store, {"model": "m"})
-    histogram = classes[Kind.HISTOGRAM]("vllm:x_seconds", "doc", labelnames=["engine"], buckets=[0.1, 1.0, 10.0])
-    child = histogram.labels("0")
-    publisher = TritonPublisher(store, FakePb, print)
+    registry, _, publisher, _ = setup()
+    child = registry.classes()[Kind.HISTOGRAM]("vllm:x_seconds", "doc", labelnames=["engine"],
+                                              buckets=[0.1, 1.0, 10.0]).labels("0")
     publisher.flush()  # every bucket series exists before any observation
     assert value("vllm:x_seconds_bucket", le="+Inf") == 0
     assert len(FakeFamily.created["vllm:x_seconds_bucket"].metrics) == 4
+    assert FakeFamily.created["vllm:x_seconds_bucket"].metrics[0].labels == {"engine": "0", "le": "0.1", "model": "m"}
+    before = calls()
     for v in [0.05, 0.5, 0.5, 5.0, 50.0] * 100:
         child.observe(v)
     publisher.flush()
@@ -66,33 +96,67 @@ def test_histograms_publish_exact_cumulative_buckets_with_few_calls():
     assert value("vllm:x_seconds_bucket", le="+Inf") == 500
     assert value("vllm:x_seconds_count") == 500
     assert abs(value("vllm:x_seconds_sum") - 100 * 56.05) < 1e-6
-    calls = sum(m.calls for f in FakeFamily.created.values() for m in f.metrics)
-    assert calls <= 6  # one call per changed bucket + sum + count, not one per observation
+    assert calls() - before == 6  # one call per changed series, not one per observation
+    publisher.flush()
+    assert calls() - before == 6  # nothing changed, nothing sent
+    assert "vllm:x_seconds_created" not in FakeFamily.created
 
 
-def test_counters_and_gauges_publish_once_per_flush_and_series_are_shared_after_restart():
-    FakeFamily.created = {}
-    store = MetricStore()
-    classes = bound_classes(store, {"model": "m"})
+def test_counters_gauges_and_the_full_prometheus_client_api():
+    registry, _, publisher, _ = setup()
+    classes = registry.classes()
     counter = classes[Kind.COUNTER]("vllm:tokens", "doc", labelnames=["engine"])
     gauge = classes[Kind.GAUGE]("vllm:running", "doc", labelnames=["engine"])
     for _ in range(50):
         counter.labels("0").inc(2)
         gauge.labels("0").set(3)
-    publisher = TritonPublisher(store, FakePb, print)
+    gauge.labels("0").dec()
+    gauge.labels("1").set_function(lambda: 7)
+    gauge.remove("1")
     publisher.flush()
-    assert value("vllm:tokens_total") == 100 and value("vllm:running") == 3
-    # an engine restarted in place creates its metrics again: the same series continue
-    again = bound_classes(store, {"model": "m"})[Kind.COUNTER]("vllm:tokens", "doc", labelnames=["engine"])
+    assert value("vllm:tokens_total") == 100 and value("vllm:running") == 2
+
+
+def test_a_restarted_engine_continues_monotonic_series():
+    registry, _, publisher, _ = setup()
+    registry.classes()[Kind.COUNTER]("vllm:tokens", "doc", labelnames=["engine"]).labels("0").inc(10)
+    publisher.flush()
+    # an engine restarted in place creates its metrics again (no duplicate-name error); its counters start at 0
+    again = registry.classes()[Kind.COUNTER]("vllm:tokens", "doc", labelnames=["engine"])
+    again.labels("0").inc(3)
+    publisher.flush()
+    assert value("vllm:tokens_total") == 13
     again.labels("0").inc(1)
     publisher.flush()
-    assert value("vllm:tokens_total") == 101
+    assert value("vllm:tokens_total") == 14
     assert len(FakeFamily.created["vllm:tokens_total"].metrics) == 1
 
 
-def test_overflow_is_counted_not_unbounded():
-    store = MetricStore(max_pending_observations=10)
-    histogram = bound_classes(store, {})[Kind.HISTOGRAM]("vllm:y", "doc", buckets=[1.0])
-    for _ in range(25):
-        histogram.observe(0.5)
-    assert store.pending_observations == 10 and store.dropped_updates == 15
+def test_refused_family_is_reported_once_and_the_rest_is_published():
+    registry, _, publisher, logged = setup()
+    classes = registry.classes()
+    classes[Kind.GAUGE]("bad_family", "doc").set(1)
+    classes[Kind.GAUGE]("good_family", "doc").set(2)
+    FakeFamily.refuse = {"bad_family"}
+    for _ in range(3):
+        publisher.flush()
+    assert value("good_family") == 2
+    assert sum("bad_family" in line for line in logged) == 1
+    assert value("vllm_triton_metrics_errors_total", stage="publish") == 1
+
+
+def test_a_failing_stat_logger_is_counted_logged_once_and_never_raises():
+    from vllm.v1.metrics.loggers import PrometheusStatLogger
+
+    from metrics.stat_logger import stat_logger_class
+
+    registry, errors, publisher, logged = setup()
+    logger_class = stat_logger_class(registry, errors)
+    assert issubclass(logger_class, PrometheusStatLogger)
+    logger = object.__new__(logger_class)  # record() fails on a logger that was never initialised
+    for _ in range(5):
+        logger.record(object(), object())
+    assert registry.last_record is not None
+    publisher.flush()
+    assert value("vllm_triton_metrics_errors_total", stage="record") == 5
+    assert len([line for line in logged if "metrics record failed" in line]) == 1

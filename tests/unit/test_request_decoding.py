@@ -1,5 +1,6 @@
 """Request decoding and validation: every bad input gets an error naming the field and what is allowed."""
 
+import base64
 import json
 
 import numpy as np
@@ -77,6 +78,17 @@ def test_cumulative_logprob_alone_turns_logprobs_on_internally():
     assert decode_request(view(parameters={"logprobs": 2})).client_logprobs is True
 
 
+def bomb() -> bytes:
+    """A small PNG that claims more pixels than PIL's decompression-bomb limit."""
+    from io import BytesIO
+
+    from PIL import Image
+
+    buffer = BytesIO()
+    Image.new("1", (12_000, 12_000)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
 @pytest.mark.parametrize(
     "make, message",
     [
@@ -91,7 +103,13 @@ def test_cumulative_logprob_alone_turns_logprobs_on_internally():
         (lambda: view(parameters={"lora_name": 5}), "'lora_name' must be a string"),
         (lambda: view(prompt=b""), "text_input: is empty"),
         (lambda: view(prompt=b"\xff\xfeabc"), "text_input: not valid UTF-8 (byte 0xff at offset 0)"),
-        (lambda: view(image=b"not base64!"), "image: each element must be a base64-encoded image"),
+        (lambda: view(image=b"not base64!"), "image: not valid base64"),
+        (lambda: view(image=base64.b64encode(b"\x89PNG\r\n\x1a\n truncated")), "image: cannot be decoded"),
+        (lambda: view(image=base64.b64encode(bomb())), "image: larger than"),
+        (lambda: view(sampling_parameters=b"[" * 100_000), "sampling_parameters: JSON nested too deeply"),
+        (lambda: view(sampling_parameters=b'{"temperature": NaN}'), "NaN is not a number JSON allows"),
+        (lambda: view(parameters={"temperature": "nan"}), "temperature must be a finite number"),
+        (lambda: view(parameters={"logit_bias": {"1": "inf"}}), "'logit_bias' must be a finite number"),
     ],
 )
 def test_bad_input_is_named(make, message):

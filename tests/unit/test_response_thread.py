@@ -54,7 +54,7 @@ def wait_for(predicate, timeout=5.0):
 def test_final_flag_only_on_last_and_outcome_recorded():
     thread, finished, _ = make_thread()
     sender = FakeSender()
-    request = InflightRequest("r1", sender, OutputOptions(), True)
+    request = InflightRequest("r1", sender, OutputOptions())
     thread.register(request)
     thread.send_chunk(request, chunk("a"))
     thread.send_chunk(request, chunk("b", finished=True))
@@ -70,7 +70,7 @@ def test_pending_chunks_of_a_slow_client_are_merged():
     thread, finished, _ = make_thread()
     sender = FakeSender()
     sender.gate.clear()  # the client is slow: the first send blocks
-    request = InflightRequest("r1", sender, OutputOptions(), True)
+    request = InflightRequest("r1", sender, OutputOptions())
     thread.register(request)
     thread.send_chunk(request, chunk("a"))
     time.sleep(0.1)
@@ -88,7 +88,7 @@ def test_pending_chunks_of_a_slow_client_are_merged():
 def test_error_is_final_and_later_output_is_dropped():
     thread, finished, _ = make_thread()
     sender = FakeSender()
-    request = InflightRequest("r1", sender, OutputOptions(), False)
+    request = InflightRequest("r1", sender, OutputOptions())
     thread.register(request)
     thread.send_error(request, InvalidRequest("bad"))
     thread.send_chunk(request, chunk("late", finished=True))
@@ -102,7 +102,7 @@ def test_error_is_final_and_later_output_is_dropped():
 def test_client_cancellation_is_polled_and_the_final_says_cancelled():
     thread, finished, cancelled = make_thread(cancel_poll_s=0.05)
     sender = FakeSender(cancelled=True)
-    request = InflightRequest("r1", sender, OutputOptions(), True)
+    request = InflightRequest("r1", sender, OutputOptions())
     thread.register(request)
     wait_for(lambda: cancelled)
     assert cancelled == [request]

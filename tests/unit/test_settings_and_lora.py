@@ -49,3 +49,44 @@ def test_lora_registry(tmp_path):
     with pytest.raises(InvalidRequest, match="LoRA is not enabled"):
         LoraRegistry().check("alpha")
     assert registry.request_for("beta").lora_int_id == 2
+
+
+def test_an_unknown_key_fails_with_a_suggestion_and_every_known_key_passes():
+    from backend.settings import PYTHON_BACKEND_KEYS, check_known_keys
+    from health.settings import HealthSettings
+
+    known = BackendSettings.KEYS | HealthSettings.keys() | PYTHON_BACKEND_KEYS
+    check_known_keys(["REPORT_CUSTOM_METRICS", "ENABLE_VLLM_HEALTH_CHECK", "EXECUTION_ENV_PATH",
+                      "FORCE_CPU_ONLY_INPUT_TENSORS", "GPU_DEVICE_IDS", "HEALTH_CHECK_INTERVAL_S"], known)
+    with pytest.raises(ConfigError, match="HEALTH_CHECK_INTERVAL: unknown to the vllm backend; did you mean "
+                                          "HEALTH_CHECK_INTERVAL_S?"):
+        check_known_keys(["HEALTH_CHECK_INTERVAL"], known)
+    with pytest.raises(ConfigError, match="did you mean REPORT_CUSTOM_METRICS"):
+        check_known_keys(["REPORT_CUSTOM_METRIC"], known)
+
+
+def test_contradictory_health_settings_fail():
+    from health.settings import HealthSettings
+
+    with pytest.raises(ConfigError, match=r"HEALTH_DEGRADED_PROBE_S \(5\) must be less than HEALTH_PROBE_TIMEOUT_S"):
+        HealthSettings.from_model_config(config(ENABLE_VLLM_HEALTH_CHECK="true", HEALTH_DEGRADED_PROBE_S="5",
+                                                HEALTH_PROBE_TIMEOUT_S="2"))
+
+
+def test_drain_timeout_defaults_to_30_s_and_may_be_zero():
+    assert BackendSettings.from_model_config({}).unload_drain_timeout_s == 30
+    assert BackendSettings.from_model_config(config(UNLOAD_DRAIN_TIMEOUT_S="0")).unload_drain_timeout_s == 0
+    with pytest.raises(ConfigError, match="UNLOAD_DRAIN_TIMEOUT_S: '-1' is not a non-negative float"):
+        BackendSettings.from_model_config(config(UNLOAD_DRAIN_TIMEOUT_S="-1"))
+
+
+def test_gpu_device_ids_pin_a_kind_model_instance(monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    check_device({"tensor_parallel_size": 2}, {"model_instance_kind": "MODEL"}, Log(), "2,3")
+    import os
+
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "2,3"
+    with pytest.raises(ConfigError, match="lists 1 GPU"):
+        check_device({"tensor_parallel_size": 2}, {"model_instance_kind": "MODEL"}, Log(), "1")
+    with pytest.raises(ConfigError, match="non-negative and distinct"):
+        check_device({}, {"model_instance_kind": "MODEL"}, Log(), "1,1")

@@ -1,0 +1,101 @@
+"""A private `prometheus_client` registry per model instance, and metric classes bound to it.
+
+vLLM's stat logger and the backend's families create real `prometheus_client` metrics (the full API:
+`inc/dec/set/observe/labels/remove/set_function/...`, bucketing at observe time, thread-safe), registered in
+this instance's own `CollectorRegistry` instead of the process-wide one. Nothing here talks to Triton: the
+publisher thread snapshots the registry with `collect()` and sends the changes, so the cost of a publish depends
+on the number of series, never on traffic.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class Kind(enum.Enum):
+    COUNTER = "counter"
+    GAUGE = "gauge"
+    HISTOGRAM = "histogram"
+
+
+def le_label(bound: float) -> str:
+    """A bucket bound as prometheus_client (hence vLLM's own /metrics) writes it: 1.0, 2.5, +Inf."""
+    from prometheus_client.utils import floatToGoString
+
+    return floatToGoString(bound)
+
+
+def exposed_name(name: str, kind: Kind) -> str:
+    """The name prometheus_client exposes: a counter `x` is `x_total` (a `_total` suffix is not doubled)."""
+    if kind is Kind.COUNTER and not name.endswith("_total"):
+        return name + "_total"
+    return name
+
+
+@dataclass(frozen=True)
+class FamilySpec:
+    """One metric family as exposed: the single source for docs, dashboards, alerts and tests."""
+
+    name: str
+    kind: Kind
+    documentation: str
+    labelnames: tuple[str, ...]
+    buckets: tuple[float, ...] = ()
+
+    @property
+    def sample_names(self) -> tuple[str, ...]:
+        """The series names on /metrics (a histogram is its _bucket, _sum and _count series)."""
+        if self.kind is Kind.HISTOGRAM:
+            return (f"{self.name}_bucket", f"{self.name}_sum", f"{self.name}_count")
+        return (self.name,)
+
+
+_BASES: dict[Kind, type] = {Kind.COUNTER: Counter, Kind.GAUGE: Gauge, Kind.HISTOGRAM: Histogram}
+
+
+class InstanceRegistry(CollectorRegistry):
+    """The metrics of one model instance; `constant_labels` (Triton's model, version, instance) are added when
+    publishing, and `specs` describes every family for the catalogue."""
+
+    def __init__(self, constant_labels: dict[str, str]) -> None:
+        super().__init__()
+        self.constant_labels = dict(constant_labels)
+        self.specs: dict[str, FamilySpec] = {}
+        self.last_record: float | None = None  # monotonic time of vLLM's last record() call
+
+    def register(self, collector: Any) -> None:
+        """A name registered again replaces the old collector: an engine restarted in place creates its metrics
+        anew (the publisher sees the new, lower counter values as a reset and keeps Triton's series monotonic)."""
+        names = set(self._get_names(collector))
+        with self._lock:
+            stale = {c for name, c in self._names_to_collectors.items() if name in names}
+        for old in stale:
+            self.unregister(old)
+        super().register(collector)
+
+    def describe(self, metric: Any, kind: Kind) -> None:
+        buckets = tuple(b for b in getattr(metric, "_upper_bounds", ()) if b != float("inf"))
+        spec = FamilySpec(exposed_name(metric._name, kind), kind, metric._documentation,
+                          (*metric._labelnames, *self.constant_labels), buckets)
+        self.specs[spec.name] = spec
+
+    def classes(self) -> dict[Kind, type]:
+        """prometheus_client's Counter, Gauge and Histogram, registering in this registry by default."""
+        return {kind: _bind(base, kind, self) for kind, base in _BASES.items()}
+
+
+def _bind(base: type, kind: Kind, registry: InstanceRegistry) -> type:
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        parent = not kwargs.get("_labelvalues")
+        if parent:
+            kwargs["registry"] = registry
+        base.__init__(self, *args, **kwargs)
+        if parent:
+            registry.describe(self, kind)
+
+    return type(base.__name__, (base,), {"__init__": __init__})
+
