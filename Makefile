@@ -1,6 +1,6 @@
 # Every target runs scripts/setup.sh first: it is idempotent and takes seconds once the venv exists.
 SHELL := /bin/bash
-.PHONY: setup serve test test-unit lint dashboards alerts bench install-backend clean
+.PHONY: setup serve test test-unit lint dashboards alerts bench soak install-backend clean
 
 setup:
 	@bash scripts/setup.sh
@@ -27,8 +27,12 @@ alerts: setup
 bench: setup
 	@source scripts/env.sh && python scripts/bench.py $(BENCH_ARGS)
 
+# make soak [DURATION=600]: mixed load, cancellations, bad requests and scrapes; writes .soak/latest.json.
+soak: setup
+	@source scripts/env.sh && python scripts/soak.py --duration $(or $(DURATION),600) $(SOAK_ARGS)
+
 clean:
-	rm -rf .build .bench
+	rm -rf .build .bench .soak
 
 install-backend: setup
 	@test -n "$(DEST)" || { echo "usage: make install-backend DEST=/opt/tritonserver/backends/vllm"; exit 2; }

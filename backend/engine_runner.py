@@ -4,8 +4,9 @@ Triton calls `execute()` on its own thread; vLLM's AsyncLLM needs a running even
 handler. Everything that touches a running engine runs on this loop; other threads hand it coroutines.
 
 Building an engine takes tens of seconds and blocks, so it runs on a thread of its own: the loop keeps
-serving (and answering "restarting") meanwhile; the new engine's output handler is then started on this loop. An engine that arrives after its start timed out, or after shutdown began, is shut down —
-never left running without an owner.
+serving (and answering "restarting") meanwhile; the new engine's output handler is then started on this loop.
+An engine that arrives after its start timed out, or after shutdown began, is shut down — never left running
+without an owner.
 """
 
 from __future__ import annotations

@@ -199,7 +199,8 @@ SCENARIOS = {
     "VllmMetricsErrors": [{
         "input_series": [{"series": f'vllm_triton_metrics_errors_total{{{LABELS},stage="record"}}',
                           "values": "0 0 0 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5"},
-                         {"series": f'vllm_triton_metrics_errors_total{{{LABELS.replace("m_0_0", "ok")},stage="record"}}',
+                         {"series": "vllm_triton_metrics_errors_total"
+                                    f'{{{LABELS.replace("m_0_0", "ok")},stage="record"}}',
                           "values": "0x25"}],
         # errors at 3m: pending while they are within the 10m window, firing after 5m, resolved once they left
         "alert_rule_test": [quiet("VllmMetricsErrors", "7m"),

@@ -1,0 +1,164 @@
+"""GenerationService's guarantees with a fake engine: exactly one final response per request, whatever happens
+(pure logic; the real engine and server are exercised end to end in tests/integration/test_reliability.py)."""
+
+import asyncio
+import threading
+from types import SimpleNamespace
+
+import pytest
+from test_response_thread import FakeIO, FakeSender, wait_for
+
+from backend.generation import GenerationService
+from backend.lora import LoraRegistry
+
+
+class Log:
+    def __init__(self):
+        self.errors = []
+
+    def error(self, message):
+        self.errors.append(message)
+
+    info = warn = error
+
+
+class FakeEngine:
+    def __init__(self, outputs=(), fail=None):
+        self.outputs, self.fail, self.calls, self.aborted = list(outputs), fail, 0, []
+
+    async def generate(self, prompt, params, request_id, lora_request=None):
+        self.calls += 1
+        for output in self.outputs:
+            yield output
+        if self.fail is not None:
+            raise self.fail
+
+    async def abort(self, request_id):
+        self.aborted.append(request_id)
+
+
+class Runner:
+    """Runs each coroutine on a loop thread of its own, when told to (so a test can act before it runs)."""
+
+    def __init__(self, engine, hold=False):
+        self.engine, self.pending, self.hold = engine, [], hold
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, daemon=True).start()
+
+    def submit(self, coro):
+        if self.hold:
+            self.pending.append(coro)
+            return None
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def release(self):
+        self.hold = False
+        for coro in self.pending:
+            self.submit(coro)
+
+
+class View:
+    def __init__(self, parameters='{"max_tokens": 2}', prompt=b"hi"):
+        import numpy as np
+
+        self._inputs = {"text_input": np.array([prompt], dtype=object)}
+        self._parameters = parameters
+
+    def input(self, name):
+        return self._inputs.get(name)
+
+    def parameters(self):
+        return self._parameters
+
+
+def output(text, finished):
+    completion = SimpleNamespace(index=0, text=text, finish_reason="length" if finished else None,
+                                 cumulative_logprob=None, logprobs=None, token_ids=[1])
+    return SimpleNamespace(outputs=[completion], prompt_token_ids=[1, 2], finished=finished)
+
+
+def serve(engine, view=None, hold=False):
+    log, sender = Log(), FakeSender()
+    runner = Runner(engine, hold)
+    service = GenerationService(runner, FakeIO(), LoraRegistry(), log)
+    service.submit(SimpleNamespace(get_response_sender=lambda: sender), view or View())
+    return service, runner, sender, log
+
+
+def final(sender):
+    wait_for(lambda: any(flags for _, flags in sender.sent))
+    assert [flags for _, flags in sender.sent].count(1) == 1
+    return sender.sent[-1][0]
+
+
+def test_a_finished_generation_ends_with_its_output():
+    service, _, sender, _ = serve(FakeEngine([output("a", True)]))
+    assert final(sender) == ("ok", ["hia"])
+    wait_for(lambda: not service.responses.inflight())
+
+
+def test_a_stream_that_ends_without_a_final_output_still_gets_a_final_response():
+    service, _, sender, log = serve(FakeEngine([output("a", False)]))
+    kind, code, message = final(sender)
+    assert code == "INTERNAL" and "ended without a final output" in message
+    wait_for(lambda: not service.responses.inflight())
+
+
+def test_an_unexpected_exception_is_internal_with_a_request_id_and_no_traceback():
+    service, _, sender, log = serve(FakeEngine(fail=KeyError("boom")))
+    _, code, message = final(sender)
+    assert code == "INTERNAL" and "request id" in message and "Traceback" not in message
+    assert any("Traceback" in line and "KeyError" in line for line in log.errors)
+
+
+@pytest.mark.parametrize("exc", [RecursionError(), MemoryError(), UnicodeError("x")])
+def test_any_exception_while_decoding_ends_the_request(monkeypatch, exc):
+    import backend.generation as generation
+
+    def explode(view):
+        raise exc
+
+    monkeypatch.setattr(generation, "decode_request", explode)
+    service, _, sender, _ = serve(FakeEngine())
+    _, code, message = final(sender)
+    assert code == "INTERNAL" and type(exc).__name__ in message
+    wait_for(lambda: not service.responses.inflight())
+
+
+def test_a_cancel_noticed_before_the_engine_saw_the_request_stops_it():
+    engine = FakeEngine([output("a", True)])
+    service, runner, sender, _ = serve(engine, hold=True)
+    (request,) = service.responses.inflight()
+    request.cancelled = True
+    runner.release()
+    _, code, _ = final(sender)
+    assert code == "CANCELLED" and engine.calls == 0
+
+
+def test_a_cancelled_generation_task_still_answers():
+    class Hanging(FakeEngine):
+        async def generate(self, *args, **kwargs):
+            await asyncio.sleep(3600)
+            yield
+
+    service, runner, sender, _ = serve(Hanging())
+    wait_for(lambda: asyncio.all_tasks(runner.loop))
+    for task in asyncio.all_tasks(runner.loop):
+        runner.loop.call_soon_threadsafe(task.cancel)
+    _, code, message = final(sender)
+    assert code == "UNAVAILABLE" and "being unloaded" in message
+
+
+def test_drain_lets_requests_finish_then_aborts_the_rest():
+    class Slow(FakeEngine):
+        async def generate(self, *args, **kwargs):
+            await asyncio.sleep(3600)
+            yield
+
+    service, _, sender, _ = serve(Slow())
+    assert service.drain(0.2) == 1
+    _, code, message = final(sender)
+    assert code == "UNAVAILABLE" and "did not finish within 0.2 s" in message
+    refused = FakeSender()
+    service.submit(SimpleNamespace(get_response_sender=lambda: refused), View())
+    assert "being unloaded" in final(refused)[2]
