@@ -19,7 +19,8 @@ from backend.lora import LoraRegistry
 from backend.response_thread import InflightRequest, Outcome
 from backend.server_flags import explicit_model_control, server_argv
 from backend.settings import PYTHON_BACKEND_KEYS, BackendSettings, check_known_keys, config_parameters
-from backend.triton_io import PbTritonIO, TritonLogger, TritonRequestView
+from backend.triton_io import PbTritonIO, TritonLogger, TritonRequestView, model_ready
+from backend.unload_watch import UnloadWatch
 from health.families import HealthFamilies
 from health.heartbeat import Heartbeat
 from health.monitor import HealthMonitor
@@ -63,10 +64,13 @@ class ModelInstance:
         gc.freeze()
         self.service = GenerationService(self.runner, PbTritonIO(), self.lora, self.log, self._finished)
         self.monitor = self._health_monitor(args["model_name"], explicit) if self.health_settings.enabled else None
+        self.unload_watch = UnloadWatch(model_ready(args["model_name"], args["model_version"]), self.service.drain,
+                                        self.settings.unload_drain_timeout_s, self.log)
         if self.metrics is not None:
             self.metrics.start(self._info(), lambda: len(self.service.responses.inflight()))
         if self.monitor is not None:
             self.monitor.start()
+        self.unload_watch.start()
         self.log.info(f"model {args['model_name']} (instance {args.get('model_instance_name', '?')}) is ready")
 
     def _metrics_exporter(self, args: dict[str, str], engine_config: dict[str, Any]) -> MetricsExporter | None:
@@ -113,6 +117,7 @@ class ModelInstance:
 
     def close(self) -> None:
         """Unload: stop watching, let in-flight requests finish (bounded), then stop the engine and metrics."""
+        self.unload_watch.stop()
         if self.monitor is not None:
             self.monitor.stop()
         timeout = self.settings.unload_drain_timeout_s

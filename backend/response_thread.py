@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from backend.errors import ErrorCode, RequestCancelled, RequestError
+from backend.errors import ErrorCode, InternalError, RequestCancelled, RequestError
 from backend.request_decoding import OutputOptions
 from backend.response_encoding import ResponseChunk
 
@@ -160,7 +160,14 @@ class ResponseThread:
         except Exception as exc:  # a broken sender must not stop the thread serving everyone else
             self._log_error(f"sending a response for request {request.request_id} failed: {exc}")
             final = True
-            error = error or RequestError(str(exc))
+            error = error or InternalError(f"the response could not be sent ({type(exc).__name__}); the server "
+                                           f"log has the details under request id {request.request_id}")
+            try:  # the request must still end: a final error response, if the sender works at all
+                request.sender.send(self._io.error_response(error), flags=self._io.final_flag)
+            except Exception:
+                pass
+            if item.chunk is not None and not item.chunk.finished:
+                self._abort(request)  # nobody will read the rest: stop generating it
         if final:
             request.done = True
             with self._lock:
@@ -182,7 +189,10 @@ class ResponseThread:
                 cancelled = False
             if cancelled:
                 request.cancelled = True
-                try:
-                    self._on_cancel(request)
-                except Exception as exc:
-                    self._log_error(f"aborting cancelled request {request.request_id} failed: {exc}")
+                self._abort(request)
+
+    def _abort(self, request: InflightRequest) -> None:
+        try:
+            self._on_cancel(request)
+        except Exception as exc:
+            self._log_error(f"aborting request {request.request_id} in the engine failed: {exc}")

@@ -45,6 +45,9 @@ class HealthSettings:
                     raise ConfigError(f"config.pbtxt parameter {key}: {raw!r}; use fail, unload or restart") from None
                 continue
             values[field.name] = parse_positive(key, raw, int if isinstance(field.default, int) else float)
+        if "HEALTH_DEGRADED_PROBE_S" not in params:  # a short probe timeout brings the default threshold down
+            values["degraded_probe_s"] = min(cls.degraded_probe_s, values.get("probe_timeout_s",
+                                                                              cls.probe_timeout_s) / 2)
         settings = cls(**values)
         settings._check()
         return settings

@@ -6,7 +6,8 @@ import asyncio
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,19 @@ def write_model(repo: Path, name: str, engine: dict[str, Any] | str | None = Non
     for filename, text in (files or {}).items():
         (model_dir / "1" / filename).write_text(text)
     return model_dir
+
+
+@contextmanager
+def explicit_mode_server(repo: Path, models: dict[str, dict[str, str]]) -> Iterator[Any]:
+    """A server in explicit model-control mode (repository API, unload recovery) with these models loaded."""
+    from triton_launcher import TritonServer
+
+    for name, params in models.items():
+        write_model(repo, name, params=params)
+    args = ["--model-control-mode=explicit", *(f"--load-model={name}" for name in models)]
+    with TritonServer(repo, env=server_env(), extra_args=args) as triton:
+        triton.wait_ready(timeout=900, models=list(models))
+        yield triton
 
 
 def generate(server: Any, model: str, body: dict[str, Any], timeout: float = 60) -> tuple[int, dict[str, Any]]:

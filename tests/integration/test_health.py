@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from helpers import generate, scrape, server_env, value, wait_until, write_model
-from triton_launcher import TritonServer
+from helpers import explicit_mode_server, generate, scrape, value, wait_until
 
 FAST = {"ENABLE_VLLM_HEALTH_CHECK": "true", "REPORT_CUSTOM_METRICS": "true", "HEALTH_CHECK_INTERVAL_S": "0.5",
         "HEALTH_PROBE_TIMEOUT_S": "1", "HEALTH_STALL_TIMEOUT_S": "3", "HEALTH_RESTART_BACKOFF_S": "0.5",
@@ -32,12 +31,7 @@ LONG = {"stream": True, "max_tokens": 1000, "ignore_eos": True}
 
 @pytest.fixture(scope="module")
 def health_server(tmp_path_factory):
-    repo = tmp_path_factory.mktemp("health_repository")
-    for name, params in MODELS.items():
-        write_model(repo, name, params=params)
-    args = ["--model-control-mode=explicit", *(f"--load-model={name}" for name in MODELS)]
-    with TritonServer(repo, env=server_env(), extra_args=args) as triton:
-        triton.wait_ready(timeout=900, models=list(MODELS))
+    with explicit_mode_server(tmp_path_factory.mktemp("health_repository"), MODELS) as triton:
         yield triton
 
 

@@ -135,12 +135,13 @@ def test_a_cancel_noticed_before_the_engine_saw_the_request_stops_it():
     assert code == "CANCELLED" and engine.calls == 0
 
 
-def test_a_cancelled_generation_task_still_answers():
-    class Hanging(FakeEngine):
-        async def generate(self, *args, **kwargs):
-            await asyncio.sleep(3600)
-            yield
+class Hanging(FakeEngine):
+    async def generate(self, *args, **kwargs):
+        await asyncio.sleep(3600)
+        yield
 
+
+def test_a_cancelled_generation_task_still_answers():
     service, runner, sender, _ = serve(Hanging())
     wait_for(lambda: asyncio.all_tasks(runner.loop))
     for task in asyncio.all_tasks(runner.loop):
@@ -150,12 +151,7 @@ def test_a_cancelled_generation_task_still_answers():
 
 
 def test_drain_lets_requests_finish_then_aborts_the_rest():
-    class Slow(FakeEngine):
-        async def generate(self, *args, **kwargs):
-            await asyncio.sleep(3600)
-            yield
-
-    service, _, sender, _ = serve(Slow())
+    service, _, sender, _ = serve(Hanging())
     assert service.drain(0.2) == 1
     _, code, message = final(sender)
     assert code == "UNAVAILABLE" and "did not finish within 0.2 s" in message

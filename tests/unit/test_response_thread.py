@@ -111,3 +111,21 @@ def test_client_cancellation_is_polled_and_the_final_says_cancelled():
     assert sender.sent[-1][0][:2] == ("error", "CANCELLED")
     assert finished == [Outcome.CANCELLED]
     thread.stop()
+
+
+def test_a_response_that_cannot_be_encoded_still_ends_the_request_with_an_error():
+    class BrokenIO(FakeIO):
+        def response(self, chunk, options):
+            raise ValueError("cannot encode")
+
+    finished = []
+    thread = ResponseThread(BrokenIO(), lambda r: None, lambda r, o: finished.append(o), print)
+    sender = FakeSender()
+    request = InflightRequest("r1", sender, OutputOptions())
+    thread.register(request)
+    thread.send_chunk(request, chunk("a", finished=True))
+    wait_for(lambda: finished)
+    (response, flags), = sender.sent
+    assert flags == 1 and response[:2] == ("error", "INTERNAL") and "request id r1" in response[2]
+    assert finished == [Outcome.FAILED] and thread.inflight() == []
+    thread.stop()

@@ -71,6 +71,8 @@ def test_contradictory_health_settings_fail():
     with pytest.raises(ConfigError, match=r"HEALTH_DEGRADED_PROBE_S \(5\) must be less than HEALTH_PROBE_TIMEOUT_S"):
         HealthSettings.from_model_config(config(ENABLE_VLLM_HEALTH_CHECK="true", HEALTH_DEGRADED_PROBE_S="5",
                                                 HEALTH_PROBE_TIMEOUT_S="2"))
+    short = HealthSettings.from_model_config(config(ENABLE_VLLM_HEALTH_CHECK="true", HEALTH_PROBE_TIMEOUT_S="1"))
+    assert short.degraded_probe_s == 0.5  # the default threshold follows a short timeout down
 
 
 def test_drain_timeout_defaults_to_30_s_and_may_be_zero():

@@ -1,0 +1,55 @@
+"""Bounds how long an unload waits for running generations.
+
+Triton finalizes a decoupled model only once every request it handed over has sent its final response, so an
+unload (or a server shutdown) waits as long as the longest generation — forever, for a stuck one — and
+`finalize()` comes too late to enforce a bound. This thread notices instead that Triton no longer reports this
+model version ready (an unload or shutdown began), then lets running requests finish for up to
+UNLOAD_DRAIN_TIMEOUT_S and ends the rest with an error saying so.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+
+class UnloadWatch:
+    def __init__(self, is_ready: Callable[[], bool], drain: Callable[[float], int], timeout_s: float, log: Any,
+                 interval_s: float = 0.5) -> None:
+        self._is_ready = is_ready
+        self._drain = drain
+        self._timeout_s = timeout_s
+        self._log = log
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="vllm-unload-watch", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(self._timeout_s + 5)
+
+    def _ready(self) -> bool | None:
+        try:
+            return bool(self._is_ready())
+        except Exception:  # no answer is no evidence either way
+            return None
+
+    def _run(self) -> None:
+        seen_ready = False  # a model with several instances is ready only once the last one has loaded
+        while not self._stop.wait(self._interval_s):
+            ready = self._ready()
+            seen_ready = seen_ready or ready is True
+            if not seen_ready or ready is not False:
+                continue
+            self._log.info(f"Triton no longer reports this model ready (unload or shutdown): running requests may "
+                           f"finish for up to {self._timeout_s:g} s (UNLOAD_DRAIN_TIMEOUT_S)")
+            aborted = self._drain(self._timeout_s)
+            if aborted:
+                self._log.warn(f"unloading: {aborted} request(s) did not finish within {self._timeout_s:g} s and "
+                               "were aborted")
+            return
