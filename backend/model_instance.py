@@ -17,10 +17,10 @@ from backend.errors import ConfigError
 from backend.generation import GenerationService
 from backend.lora import LoraRegistry
 from backend.response_thread import InflightRequest, Outcome
-from backend.server_flags import explicit_model_control, server_argv
+from backend.server_flags import explicit_model_control, http_url, server_argv
 from backend.settings import PYTHON_BACKEND_KEYS, BackendSettings, check_known_keys, config_parameters
-from backend.triton_io import PbTritonIO, TritonLogger, TritonRequestView, model_ready
-from backend.unload_watch import UnloadWatch
+from backend.triton_io import PbTritonIO, TritonLogger, TritonRequestView
+from backend.unload_watch import UnloadWatch, http_readiness
 from health.families import HealthFamilies
 from health.heartbeat import Heartbeat
 from health.monitor import HealthMonitor
@@ -64,13 +64,13 @@ class ModelInstance:
         gc.freeze()
         self.service = GenerationService(self.runner, PbTritonIO(), self.lora, self.log, self._finished)
         self.monitor = self._health_monitor(args["model_name"], explicit) if self.health_settings.enabled else None
-        self.unload_watch = UnloadWatch(model_ready(args["model_name"], args["model_version"]), self.service.drain,
-                                        self.settings.unload_drain_timeout_s, self.log)
+        self.unload_watch = self._unload_watch(args)
         if self.metrics is not None:
             self.metrics.start(self._info(), lambda: len(self.service.responses.inflight()))
         if self.monitor is not None:
             self.monitor.start()
-        self.unload_watch.start()
+        if self.unload_watch is not None:
+            self.unload_watch.start()
         self.log.info(f"model {args['model_name']} (instance {args.get('model_instance_name', '?')}) is ready")
 
     def _metrics_exporter(self, args: dict[str, str], engine_config: dict[str, Any]) -> MetricsExporter | None:
@@ -95,6 +95,15 @@ class ModelInstance:
         return HealthMonitor(self.health_settings, model_name, self.runner, self.service, self.heartbeat,
                              self.log, families, unload)
 
+    def _unload_watch(self, args: dict[str, str]) -> UnloadWatch | None:
+        base = http_url(server_argv())
+        if base is None:
+            self.log.warn("tritonserver runs without HTTP: an unload waits for every running request, however long "
+                          "(UNLOAD_DRAIN_TIMEOUT_S needs the HTTP endpoint to notice the unload)")
+            return None
+        return UnloadWatch(http_readiness(base, args["model_name"], args["model_version"]), self.service.drain,
+                           self.settings.unload_drain_timeout_s, self.log)
+
     def _info(self) -> BackendInfo:
         import vllm
 
@@ -117,7 +126,8 @@ class ModelInstance:
 
     def close(self) -> None:
         """Unload: stop watching, let in-flight requests finish (bounded), then stop the engine and metrics."""
-        self.unload_watch.stop()
+        if self.unload_watch is not None:
+            self.unload_watch.stop()
         if self.monitor is not None:
             self.monitor.stop()
         timeout = self.settings.unload_drain_timeout_s

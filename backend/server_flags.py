@@ -37,3 +37,13 @@ def metrics_allowed(argv: list[str]) -> bool:
 
 def explicit_model_control(argv: list[str]) -> bool:
     return (flag_value(argv, "model-control-mode") or "none").lower() == "explicit"
+
+
+def http_url(argv: list[str]) -> str | None:
+    """Where the server's own HTTP endpoint listens, or None when HTTP is off."""
+    allow = flag_value(argv, "allow-http")
+    if allow is not None and allow.lower() in ("false", "0", "no", "off"):
+        return None
+    address = flag_value(argv, "http-address") or "0.0.0.0"
+    host = "127.0.0.1" if address in ("0.0.0.0", "") else "[::1]" if address == "::" else address
+    return f"http://{host}:{flag_value(argv, 'http-port') or 8000}"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -25,11 +24,6 @@ class TritonRequestView:
 
     def parameters(self) -> str:
         return self._request.parameters()
-
-
-def model_ready(name: str, version: str) -> Callable[[], bool]:
-    """Whether Triton reports this model version ready (False once an unload or a server shutdown began)."""
-    return lambda: pb_utils.is_model_ready(model_name=name, model_version=version)
 
 
 class PbTritonIO:

@@ -5,17 +5,40 @@ unload (or a server shutdown) waits as long as the longest generation — foreve
 `finalize()` comes too late to enforce a bound. This thread notices instead that Triton no longer reports this
 model version ready (an unload or shutdown began), then lets running requests finish for up to
 UNLOAD_DRAIN_TIMEOUT_S and ends the rest with an error saying so.
+
+Readiness is asked over the server's own HTTP endpoint: `pb_utils.is_model_ready` from a thread other than
+`execute()`'s corrupts the stub's shared memory (Triton 2.51 aborted with `boost::interprocess::lock_exception`).
 """
 
 from __future__ import annotations
 
 import threading
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Callable
 from typing import Any
 
 
+def http_readiness(base_url: str, model: str, version: str) -> Callable[[], bool | None]:
+    """True (200) or False (400: not ready) from Triton's readiness endpoint; None when it cannot tell."""
+    url = f"{base_url}/v2/models/{urllib.parse.quote(model)}/versions/{urllib.parse.quote(version)}/ready"
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # the server is local: no proxy
+
+    def ready() -> bool | None:
+        try:
+            with opener.open(url, timeout=2) as response:
+                return response.status == 200
+        except urllib.error.HTTPError as exc:
+            return False if exc.code == 400 else None
+        except OSError:
+            return None
+
+    return ready
+
+
 class UnloadWatch:
-    def __init__(self, is_ready: Callable[[], bool], drain: Callable[[float], int], timeout_s: float, log: Any,
+    def __init__(self, is_ready: Callable[[], bool | None], drain: Callable[[float], int], timeout_s: float, log: Any,
                  interval_s: float = 0.5) -> None:
         self._is_ready = is_ready
         self._drain = drain
@@ -35,7 +58,7 @@ class UnloadWatch:
 
     def _ready(self) -> bool | None:
         try:
-            return bool(self._is_ready())
+            return self._is_ready()
         except Exception:  # no answer is no evidence either way
             return None
 

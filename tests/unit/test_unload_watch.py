@@ -42,3 +42,37 @@ def test_not_ready_before_ready_is_a_model_still_loading():
     time.sleep(0.2)
     w.stop()
     assert drained == []
+
+
+def test_http_readiness_reads_tritons_answers():
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    from backend.unload_watch import http_readiness
+
+    status = {"/v2/models/m/versions/1/ready": 200, "/v2/models/gone/versions/1/ready": 400}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's spelling
+            self.send_response(status.get(self.path, 403))
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_port}"
+    assert http_readiness(base, "m", "1")() is True
+    assert http_readiness(base, "gone", "1")() is False
+    assert http_readiness(base, "restricted", "1")() is None  # cannot tell: not an unload
+    server.shutdown()
+    assert http_readiness(base, "m", "1")() is None
+
+
+def test_the_servers_http_url_comes_from_its_command_line():
+    from backend.server_flags import http_url
+
+    assert http_url(["tritonserver"]) == "http://127.0.0.1:8000"
+    assert http_url(["tritonserver", "--http-port=9", "--http-address", "127.0.0.2"]) == "http://127.0.0.2:9"
+    assert http_url(["tritonserver", "--allow-http=false"]) is None
