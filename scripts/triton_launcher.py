@@ -180,7 +180,10 @@ class TritonServer:
                 self.process.wait(timeout)
             except subprocess.TimeoutExpired:
                 pass
-        self.forced_kills = self._group_members(pgid)
+        deadline = time.monotonic() + 5  # children still exiting on their own are not leaks
+        while (members := self._group_members(pgid)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.forced_kills = members
         self._kill_group(pgid)
         self.process.wait()
         self.removed_shm = self._remove_leftover_shm()
@@ -196,9 +199,9 @@ class TritonServer:
         import psutil
 
         members = []
-        for process in psutil.process_iter(["pid", "cmdline"]):
+        for process in psutil.process_iter(["pid", "cmdline", "status"]):
             try:
-                if os.getpgid(process.pid) == pgid:
+                if process.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(process.pid) == pgid:
                     members.append(f"{process.pid} {' '.join(process.info['cmdline'] or [])[:80]}")
             except (ProcessLookupError, psutil.Error):
                 continue

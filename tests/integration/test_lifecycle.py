@@ -114,7 +114,7 @@ def test_unload_aborts_what_outlives_the_drain_bound(triton):
     assert time.monotonic() - started < 30
 
 
-def test_load_unload_cycles_leak_nothing(triton):
+def test_load_unload_cycles_leak_nothing(triton, capsys):
     server = psutil.Process(triton.process.pid)
     shm_before = set(os.listdir("/dev/shm"))
     children_before = {p.pid for p in server.children(recursive=True)}
@@ -128,8 +128,9 @@ def test_load_unload_cycles_leak_nothing(triton):
         rss.append(server.memory_info().rss)
     assert set(os.listdir("/dev/shm")) - shm_before == set()
     growth = (rss[-1] - rss[0]) / rss[0]
-    print(f"tritonserver RSS after each load/unload cycle (MiB): {[r // 2**20 for r in rss]}; "
-          f"growth from the first: {growth:+.1%}")
+    with capsys.disabled():  # reported in the test output, not asserted: the server's allocator keeps some
+        print(f"\ntritonserver RSS after each load/unload cycle (MiB): {[r // 2**20 for r in rss]}; "
+              f"growth from the first: {growth:+.1%}")
 
 
 def test_unload_during_an_engine_restart_leaves_no_engine_behind(triton):

@@ -29,6 +29,8 @@ def config_server(tmp_path_factory):
     for name, (engine, _) in BROKEN.items():
         write_model(repo, name, engine)
     write_model(repo, "bad_switch", params={"REPORT_CUSTOM_METRICS": "ture"})
+    write_model(repo, "unknown_param", params={"ENABLE_VLLM_HEALTH_CHECK": "true", "HEALTH_CHECK_INTERVAL": "1"})
+    write_model(repo, "contradiction", params={"ENABLE_VLLM_HEALTH_CHECK": "true", "HEALTH_DEGRADED_PROBE_S": "9"})
     write_model(repo, "unload_not_explicit", params={"ENABLE_VLLM_HEALTH_CHECK": "true", "HEALTH_RECOVERY": "unload"})
     with TritonServer(repo, env=server_env(),
                       extra_args=["--exit-on-error=false", "--allow-metrics=false"]) as triton:
@@ -54,6 +56,17 @@ def test_the_engine_failure_carries_vllms_reason(config_server):
 
 def test_a_typo_in_a_switch_fails_the_load(config_server):
     assert "REPORT_CUSTOM_METRICS: 'ture' is not a boolean" in index(config_server)["bad_switch"]["reason"]
+
+
+def test_an_unknown_key_fails_the_load_with_a_suggestion(config_server):
+    reason = index(config_server)["unknown_param"]["reason"]
+    assert ("config.pbtxt parameter HEALTH_CHECK_INTERVAL: unknown to the vllm backend; did you mean "
+            "HEALTH_CHECK_INTERVAL_S?") in reason, reason
+
+
+def test_contradictory_health_settings_fail_the_load(config_server):
+    reason = index(config_server)["contradiction"]["reason"]
+    assert "HEALTH_DEGRADED_PROBE_S (9) must be less than HEALTH_PROBE_TIMEOUT_S (5)" in reason, reason
 
 
 def test_unload_recovery_is_refused_outside_explicit_mode(config_server):
