@@ -35,11 +35,12 @@ class Alert:
     severity: str
     summary: str  # no templating; a sentence
     description: str  # templated with $labels / $value
-    meaning: str  # runbook: what it means
-    check: str  # runbook: what to check
-    action: str  # runbook: what to do
     dashboard: str  # dashboard uid
     panel: str  # panel title on that dashboard
+    # Runbook text; a second severity of the same alert leaves them empty and shares the first one's.
+    meaning: str = ""  # what it means
+    check: str = ""  # what to check
+    action: str = ""  # what to do
     extra_labels: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -50,11 +51,6 @@ class Alert:
 def selector(config: Config, extra: str = "") -> str:
     parts = [p for p in (config.triton_selector, extra) if p]
     return "{" + ", ".join(parts) + "}" if parts else ""
-
-
-def matchers(config: Config) -> str:
-    """The configured selector without braces, for the shared PromQL helpers."""
-    return config.triton_selector
 
 
 def slo_record(slo: LatencySLO, window: str) -> str:
@@ -77,133 +73,228 @@ def recording_rules(config: Config) -> list[RecordingRule]:
 def alerts(config: Config) -> list[Alert]:
     s = lambda extra="": selector(config, extra)  # noqa: E731
     kv = f"max by ({ENGINE}) (vllm:kv_cache_usage_perc{s()})"
-    errors = error_ratio(matchers(config), matchers(config), MODEL, "5m")
+    errors = error_ratio(config.triton_selector, config.triton_selector, MODEL, "5m")
     found = [
-        Alert("VllmEngineUnhealthy", f"1 - max by ({INSTANCE}) (vllm_triton_engine_healthy{s()}) > 0",
-              config.unhealthy_for, "critical", "A vLLM engine is unhealthy and its model refuses requests.",
-              "Engine of {{ $labels.model_instance }} ({{ $labels.model }}) on {{ $labels.instance }} has been "
-              "unhealthy for " + config.unhealthy_for + ": requests fail with UNAVAILABLE.",
-              "The health monitor found the engine dead, hung (no progress with requests in flight) or not "
-              "answering its probes. Requests to this model instance fail fast until it recovers.",
-              "Triton's log for `[vllm] engine health:` lines (they give the cause); "
-              "vllm_triton_engine_restarts_total; the EngineCore and worker processes (`ps -ef | grep VLLM`); "
-              "host memory and the GPU (OOM kills, Xid errors).",
-              "With HEALTH_RECOVERY=restart the engine is replaced automatically; if restarts keep failing, "
-              "reload the model (explicit mode) or restart the server, and fix the cause in the log.",
-              "vllm-triton-health", "Engine healthy"),
-        Alert("VllmEngineStalled",
-              f"(max by ({INSTANCE}) (vllm_triton_requests_in_flight{s()}) > 0) and on ({INSTANCE}) "
-              f"(max by ({INSTANCE}) (vllm_triton_metrics_seconds_since_last_record{s()}) > "
-              f"{config.stall_seconds:g})",
-              config.stall_for, "critical", "A vLLM engine has requests in flight but makes no progress.",
-              "{{ $labels.model_instance }} on {{ $labels.instance }} has requests in flight and vLLM has reported "
-              "no engine step for over " + f"{config.stall_seconds:g}" + " s.",
-              "Requests are accepted but the engine does not step: a hang (deadlock, stuck collective, stopped "
-              "process) that vLLM's own dead-engine check does not see.",
-              "Whether the health monitor is on (ENABLE_VLLM_HEALTH_CHECK) and what it logged; py-spy dump of the "
-              "EngineCore and worker processes; GPU state.",
-              "Turn the health monitor on so hung engines are restarted automatically; otherwise restart the "
-              "model or the server, and capture stacks before you do.",
-              "vllm-triton-health", "Seconds since engine progress"),
-        Alert("VllmMetricsAbsent",
-              f"(up{s()} == 1) unless on (job, instance) group by (job, instance) "
-              f"(vllm:num_requests_running{s()})",
-              config.absent_for, "warning", "A Triton target is up but exports no vLLM metrics.",
-              "{{ $labels.instance }} ({{ $labels.job }}) is scraped but has no vllm: series.",
-              "Triton answers but none of its models publishes vLLM's metrics, so dashboards and the other "
-              "alerts are blind for this target.",
-              "config.pbtxt has REPORT_CUSTOM_METRICS \"true\"; model.json does not set disable_log_stats; the "
-              "server does not run with --allow-metrics=false; Triton's log line `[vllm] metrics: off for …` "
-              "names the switch that is off.",
-              "Turn the switch named in the log on and reload the model, or narrow triton_selector so this "
-              "alert only watches vLLM servers.",
-              "vllm-triton-overview", "Requests/s"),
-        Alert("TritonTargetDown", f"1 - up{s()} > 0", config.target_down_for, "critical",
-              "A Triton metrics target is down.",
-              "Prometheus cannot scrape {{ $labels.instance }} ({{ $labels.job }}).",
-              "The Triton server is down, restarting, or its metrics port is unreachable.",
-              "The tritonserver process and its log; the metrics port (8002) and network policy.",
-              "Restart the server or fix the network path; check why it stopped (OOM, crash).",
-              "vllm-triton-server", "Triton successes vs vLLM finished requests"),
-        Alert("VllmHighErrorRatio", f"{errors} > {config.error_ratio_warning:g}",
-              config.error_ratio_warning_for, "warning", "Many requests to a vLLM model fail.",
-              "{{ $value | humanizePercentage }} of requests to {{ $labels.model }} on {{ $labels.instance }} "
-              "failed over 5m.",
-              "Requests end with an engine error (vLLM finished_reason=\"error\") or a Triton failure "
-              "(cancellations excluded).",
-              "Triton's log for `[vllm] generation failed` lines; vllm_triton_requests_finished_total by outcome; "
-              "engine health.",
-              "Fix the cause in the log; if the engine is unhealthy, see VllmEngineUnhealthy.",
-              "vllm-triton-overview", "Error ratio"),
-        Alert("VllmHighErrorRatio", f"{errors} > {config.error_ratio_critical:g}",
-              config.error_ratio_critical_for, "critical", "Many requests to a vLLM model fail.",
-              "{{ $value | humanizePercentage }} of requests to {{ $labels.model }} on {{ $labels.instance }} "
-              "failed over 5m.",
-              "", "", "", "vllm-triton-overview", "Error ratio"),
-        Alert("VllmKVCacheHigh", f"{kv} > {config.kv_cache_warning:g}", config.kv_cache_warning_for, "warning",
-              "A vLLM engine's KV cache is nearly full.",
-              "KV cache of {{ $labels.model_instance }} engine {{ $labels.engine }} is "
-              "{{ $value | humanizePercentage }} full.",
-              "Running requests hold almost all KV-cache blocks; new requests queue and running ones may be "
-              "preempted.",
-              "vllm:num_requests_waiting, preemptions, prompt and generation lengths, prefix-cache hit ratio.",
-              "Add capacity (instances, GPU memory via gpu_memory_utilization), lower max_num_seqs or "
-              "max_model_len, or shed load.",
-              "vllm-triton-saturation", "KV-cache usage (max and mean)"),
-        Alert("VllmKVCacheHigh", f"{kv} > {config.kv_cache_critical:g}", config.kv_cache_critical_for,
-              "critical", "A vLLM engine's KV cache is nearly full.",
-              "KV cache of {{ $labels.model_instance }} engine {{ $labels.engine }} is "
-              "{{ $value | humanizePercentage }} full.", "", "", "", "vllm-triton-saturation",
-              "KV-cache usage (max and mean)"),
-        Alert("VllmRequestsQueueing",
-              f"sum by ({INSTANCE}) (vllm:num_requests_waiting{s()}) > {config.waiting_requests_warning:g}",
-              config.waiting_requests_for, "warning", "Requests are queueing in a vLLM engine.",
-              "{{ $value }} requests wait in {{ $labels.model_instance }} on {{ $labels.instance }}.",
-              "The engine cannot admit requests as fast as they arrive; time to first token grows.",
-              "KV-cache usage, vllm:num_requests_waiting_by_reason, the request rate.",
-              "Scale out (more instances or replicas), or reduce prompt/generation lengths.",
-              "vllm-triton-saturation", "Waiting requests by reason"),
-        Alert("VllmHighPreemptionRate",
-              f"sum by ({INSTANCE}) (rate(vllm:num_preemptions_total{s()}[5m])) > "
-              f"{config.preemptions_per_s_warning:g}",
-              config.preemptions_for, "warning", "A vLLM engine preempts requests often.",
-              "{{ $labels.model_instance }} preempts {{ $value | humanize }} requests/s.",
-              "The KV cache runs out during generation and the scheduler evicts running requests, which must "
-              "recompute: throughput drops and latency grows.",
-              "KV-cache usage, batch size (tokens per step), generation lengths.",
-              "Give the engine more KV cache or admit fewer concurrent sequences (max_num_seqs).",
-              "vllm-triton-saturation", "Preemptions/s"),
-        Alert("VllmMetricsErrors",
-              f"sum by ({INSTANCE}, stage) (increase(vllm_triton_metrics_errors_total{s()}[10m])) > 0",
-              config.metrics_errors_for, "warning", "The backend's metrics path fails.",
-              "{{ $labels.model_instance }} had {{ $value | humanize }} metrics {{ $labels.stage }} errors in 10m.",
-              "vLLM's stat logger (stage record) or the publisher to Triton (stage publish) raised; the engine keeps "
-              "serving, but some metric values are missing or stale.",
-              "The server log: the first error of each kind is logged with its traceback ('metrics record failed' "
-              "or 'metrics publish failed').",
-              "Report it with the log lines and the vLLM version; a family Triton refuses is named in the log.",
-              "vllm-triton-health", "Metrics errors"),
+        Alert(
+            name="VllmEngineUnhealthy",
+            expr=f"1 - max by ({INSTANCE}) (vllm_triton_engine_healthy{s()}) > 0",
+            for_=config.unhealthy_for,
+            severity="critical",
+            summary="A vLLM engine is unhealthy and its model refuses requests.",
+            description=(
+                "Engine of {{ $labels.model_instance }} ({{ $labels.model }}) on {{ $labels.instance }} has been "
+                "unhealthy for " + config.unhealthy_for + ": requests fail with UNAVAILABLE."),
+            meaning=(
+                "The health monitor found the engine dead, hung (no progress with requests in flight) or not "
+                "answering its probes. Requests to this model instance fail fast until it recovers."),
+            check=(
+                "Triton's log for `[vllm] engine health:` lines (they give the cause); "
+                "vllm_triton_engine_restarts_total; the EngineCore and worker processes (`ps -ef | grep VLLM`); "
+                "host memory and the GPU (OOM kills, Xid errors)."),
+            action=(
+                "With HEALTH_RECOVERY=restart the engine is replaced automatically; if restarts keep failing, "
+                "reload the model (explicit mode) or restart the server, and fix the cause in the log."),
+            dashboard="vllm-triton-health",
+            panel="Engine healthy",
+        ),
+        Alert(
+            name="VllmEngineStalled",
+            expr=(
+                f"(max by ({INSTANCE}) (vllm_triton_requests_in_flight{s()}) > 0) and on ({INSTANCE}) "
+                f"(max by ({INSTANCE}) (vllm_triton_metrics_seconds_since_last_record{s()}) > "
+                f"{config.stall_seconds:g})"),
+            for_=config.stall_for,
+            severity="critical",
+            summary="A vLLM engine has requests in flight but makes no progress.",
+            description=(
+                "{{ $labels.model_instance }} on {{ $labels.instance }} has requests in flight and vLLM has reported "
+                "no engine step for over " + f"{config.stall_seconds:g}" + " s."),
+            meaning=(
+                "Requests are accepted but the engine does not step: a hang (deadlock, stuck collective, stopped "
+                "process) that vLLM's own dead-engine check does not see."),
+            check=(
+                "Whether the health monitor is on (ENABLE_VLLM_HEALTH_CHECK) and what it logged; py-spy dump of the "
+                "EngineCore and worker processes; GPU state."),
+            action=(
+                "Turn the health monitor on so hung engines are restarted automatically; otherwise restart the "
+                "model or the server, and capture stacks before you do."),
+            dashboard="vllm-triton-health",
+            panel="Seconds since engine progress",
+        ),
+        Alert(
+            name="VllmMetricsAbsent",
+            expr=(
+                f"(up{s()} == 1) unless on (job, instance) group by (job, instance) "
+                f"(vllm:num_requests_running{s()})"),
+            for_=config.absent_for,
+            severity="warning",
+            summary="A Triton target is up but exports no vLLM metrics.",
+            description="{{ $labels.instance }} ({{ $labels.job }}) is scraped but has no vllm: series.",
+            meaning=(
+                "Triton answers but none of its models publishes vLLM's metrics, so dashboards and the other "
+                "alerts are blind for this target."),
+            check=(
+                "config.pbtxt has REPORT_CUSTOM_METRICS \"true\"; model.json does not set disable_log_stats; the "
+                "server does not run with --allow-metrics=false; Triton's log line `[vllm] metrics: off for …` "
+                "names the switch that is off."),
+            action=(
+                "Turn the switch named in the log on and reload the model, or narrow triton_selector so this "
+                "alert only watches vLLM servers."),
+            dashboard="vllm-triton-overview",
+            panel="Requests/s",
+        ),
+        Alert(
+            name="TritonTargetDown",
+            expr=f"1 - up{s()} > 0",
+            for_=config.target_down_for,
+            severity="critical",
+            summary="A Triton metrics target is down.",
+            description="Prometheus cannot scrape {{ $labels.instance }} ({{ $labels.job }}).",
+            meaning="The Triton server is down, restarting, or its metrics port is unreachable.",
+            check="The tritonserver process and its log; the metrics port (8002) and network policy.",
+            action="Restart the server or fix the network path; check why it stopped (OOM, crash).",
+            dashboard="vllm-triton-server",
+            panel="Triton successes vs vLLM finished requests",
+        ),
+        Alert(
+            name="VllmHighErrorRatio",
+            expr=f"{errors} > {config.error_ratio_warning:g}",
+            for_=config.error_ratio_warning_for,
+            severity="warning",
+            summary="Many requests to a vLLM model fail.",
+            description=(
+                "{{ $value | humanizePercentage }} of requests to {{ $labels.model }} on {{ $labels.instance }} "
+                "failed over 5m."),
+            meaning=(
+                "Requests end with an engine error (vLLM finished_reason=\"error\") or a Triton failure "
+                "(cancellations excluded)."),
+            check=(
+                "Triton's log for `[vllm] generation failed` lines; vllm_triton_requests_finished_total by outcome; "
+                "engine health."),
+            action="Fix the cause in the log; if the engine is unhealthy, see VllmEngineUnhealthy.",
+            dashboard="vllm-triton-overview",
+            panel="Error ratio",
+        ),
+        Alert(
+            name="VllmHighErrorRatio",
+            expr=f"{errors} > {config.error_ratio_critical:g}",
+            for_=config.error_ratio_critical_for,
+            severity="critical",
+            summary="Many requests to a vLLM model fail.",
+            description=(
+                "{{ $value | humanizePercentage }} of requests to {{ $labels.model }} on {{ $labels.instance }} "
+                "failed over 5m."),
+            dashboard="vllm-triton-overview",
+            panel="Error ratio",
+        ),
+        Alert(
+            name="VllmKVCacheHigh",
+            expr=f"{kv} > {config.kv_cache_warning:g}",
+            for_=config.kv_cache_warning_for,
+            severity="warning",
+            summary="A vLLM engine's KV cache is nearly full.",
+            description=(
+                "KV cache of {{ $labels.model_instance }} engine {{ $labels.engine }} is "
+                "{{ $value | humanizePercentage }} full."),
+            meaning=(
+                "Running requests hold almost all KV-cache blocks; new requests queue and running ones may be "
+                "preempted."),
+            check="vllm:num_requests_waiting, preemptions, prompt and generation lengths, prefix-cache hit ratio.",
+            action=(
+                "Add capacity (instances, GPU memory via gpu_memory_utilization), lower max_num_seqs or "
+                "max_model_len, or shed load."),
+            dashboard="vllm-triton-saturation",
+            panel="KV-cache usage (max and mean)",
+        ),
+        Alert(
+            name="VllmKVCacheHigh",
+            expr=f"{kv} > {config.kv_cache_critical:g}",
+            for_=config.kv_cache_critical_for,
+            severity="critical",
+            summary="A vLLM engine's KV cache is nearly full.",
+            description=(
+                "KV cache of {{ $labels.model_instance }} engine {{ $labels.engine }} is "
+                "{{ $value | humanizePercentage }} full."),
+            dashboard="vllm-triton-saturation",
+            panel="KV-cache usage (max and mean)",
+        ),
+        Alert(
+            name="VllmRequestsQueueing",
+            expr=f"sum by ({INSTANCE}) (vllm:num_requests_waiting{s()}) > {config.waiting_requests_warning:g}",
+            for_=config.waiting_requests_for,
+            severity="warning",
+            summary="Requests are queueing in a vLLM engine.",
+            description="{{ $value }} requests wait in {{ $labels.model_instance }} on {{ $labels.instance }}.",
+            meaning="The engine cannot admit requests as fast as they arrive; time to first token grows.",
+            check="KV-cache usage, vllm:num_requests_waiting_by_reason, the request rate.",
+            action="Scale out (more instances or replicas), or reduce prompt/generation lengths.",
+            dashboard="vllm-triton-saturation",
+            panel="Waiting requests by reason",
+        ),
+        Alert(
+            name="VllmHighPreemptionRate",
+            expr=(
+                f"sum by ({INSTANCE}) (rate(vllm:num_preemptions_total{s()}[5m])) > "
+                f"{config.preemptions_per_s_warning:g}"),
+            for_=config.preemptions_for,
+            severity="warning",
+            summary="A vLLM engine preempts requests often.",
+            description="{{ $labels.model_instance }} preempts {{ $value | humanize }} requests/s.",
+            meaning=(
+                "The KV cache runs out during generation and the scheduler evicts running requests, which must "
+                "recompute: throughput drops and latency grows."),
+            check="KV-cache usage, batch size (tokens per step), generation lengths.",
+            action="Give the engine more KV cache or admit fewer concurrent sequences (max_num_seqs).",
+            dashboard="vllm-triton-saturation",
+            panel="Preemptions/s",
+        ),
+        Alert(
+            name="VllmMetricsErrors",
+            expr=f"sum by ({INSTANCE}, stage) (increase(vllm_triton_metrics_errors_total{s()}[10m])) > 0",
+            for_=config.metrics_errors_for,
+            severity="warning",
+            summary="The backend's metrics path fails.",
+            description=(
+                "{{ $labels.model_instance }} had {{ $value | humanize }} metrics {{ $labels.stage }} errors in 10m."),
+            meaning=(
+                "vLLM's stat logger (stage record) or the publisher to Triton (stage publish) raised; the engine keeps "
+                "serving, but some metric values are missing or stale."),
+            check=(
+                "The server log: the first error of each kind is logged with its traceback ('metrics record failed' "
+                "or 'metrics publish failed')."),
+            action="Report it with the log lines and the vLLM version; a family Triton refuses is named in the log.",
+            dashboard="vllm-triton-health",
+            panel="Metrics errors",
+        ),
     ]
     for slo in config.slos:
         budget = 1 - slo.objective
         for window in config.burn_windows:
             found.append(Alert(
-                f"Vllm{slo.name}ErrorBudgetBurn",
-                f"({slo_record(slo, window.long)} > ({window.factor:g} * {budget:g})) and "
-                f"({slo_record(slo, window.short)} > ({window.factor:g} * {budget:g}))",
-                window.for_, window.severity,
-                f"A vLLM model burns its {slo.description} error budget too fast.",
-                f"{{{{ $labels.model }}}} on {{{{ $labels.instance }}}}: {{{{ $value | humanizePercentage }}}} of "
-                f"requests over {window.long} exceed {slo.threshold_s:g} s {slo.description} (budget "
-                f"{budget:.2%}, burn rate > {window.factor:g}).",
-                f"More than {window.factor:g}× the allowed share of requests ({budget:.2%}) miss the "
-                f"{slo.description} objective ({slo.objective:.2%} ≤ {slo.threshold_s:g} s over 30 days) in both "
-                f"the {window.long} and the {window.short} windows.",
-                "The latency dashboard's distributions and phase breakdown; queueing and KV-cache pressure; a "
-                "recent deploy or traffic change.",
-                "Shed or shift load, add capacity, or roll back; a slow burn (warning) can wait for working hours.",
-                "vllm-triton-overview", f"{slo.name} SLO attainment",
-                {"long_window": window.long, "short_window": window.short}))
+                name=f"Vllm{slo.name}ErrorBudgetBurn",
+                expr=(
+                    f"({slo_record(slo, window.long)} > ({window.factor:g} * {budget:g})) and "
+                    f"({slo_record(slo, window.short)} > ({window.factor:g} * {budget:g}))"),
+                for_=window.for_,
+                severity=window.severity,
+                summary=f"A vLLM model burns its {slo.description} error budget too fast.",
+                description=(
+                    f"{{{{ $labels.model }}}} on {{{{ $labels.instance }}}}: {{{{ $value | humanizePercentage }}}} of "
+                    f"requests over {window.long} exceed {slo.threshold_s:g} s {slo.description} (budget "
+                    f"{budget:.2%}, burn rate > {window.factor:g})."),
+                meaning=(
+                    f"More than {window.factor:g}× the allowed share of requests ({budget:.2%}) miss the "
+                    f"{slo.description} objective ({slo.objective:.2%} ≤ {slo.threshold_s:g} s over 30 days) in both "
+                    f"the {window.long} and the {window.short} windows."),
+                check=(
+                    "The latency dashboard's distributions and phase breakdown; queueing and KV-cache pressure; a "
+                    "recent deploy or traffic change."),
+                action="Shed or shift load, add capacity, or roll back; a slow burn (warning) can wait for working "
+                       "hours.",
+                dashboard="vllm-triton-overview",
+                panel=f"{slo.name} SLO attainment",
+                extra_labels={"long_window": window.long, "short_window": window.short},
+            ))
     return found
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -29,7 +29,6 @@ class ResponseChunk:
     num_output_tokens: list[int]
     num_input_tokens: int
     finished: bool = False
-    aborted: bool = field(default=False)
 
     def merge(self, later: ResponseChunk) -> None:
         """Append a later chunk of the same stream to this one."""
@@ -43,7 +42,6 @@ class ResponseChunk:
                 self.logprobs[i] = (self.logprobs[i] or []) + later.logprobs[i]
             self.num_output_tokens[i] += later.num_output_tokens[i]
         self.finished = later.finished
-        self.aborted = self.aborted or later.aborted
 
 
 def _logprobs(sample_logprobs: Any) -> list[dict[str, Any]] | None:
@@ -75,7 +73,6 @@ def chunk_from_output(output: Any, n: int, prefix: str = "", logprobs: bool = Tr
             chunk.cumulative_logprobs[i] = completion.cumulative_logprob
         chunk.logprobs[i] = _logprobs(completion.logprobs) if logprobs else None
         chunk.num_output_tokens[i] = len(completion.token_ids)
-        chunk.aborted = chunk.aborted or completion.finish_reason == "abort"
     return chunk
 
 

@@ -46,8 +46,6 @@ class Config:
     # Prometheus selector for the Triton targets in alert rules (dashboards use the $job/$instance variables).
     # Empty selects every target that exposes these metrics; set e.g. 'job="triton"' to narrow it.
     triton_selector: str = ""
-    # Label set that identifies one model instance in alerts.
-    instance_labels: tuple[str, ...] = ("job", "instance", "model", "model_instance")
 
     kv_cache_warning: float = 0.90
     kv_cache_warning_for: str = "10m"

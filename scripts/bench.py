@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
+import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
@@ -92,51 +93,35 @@ def say(message: str) -> None:
 
 
 # -- processes and memory ----------------------------------------------------------------------------
-PAGE_MIB = os.sysconf("SC_PAGE_SIZE") / 2**20
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
 def _rss_mib(pid: int) -> float:
     try:
-        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE_MIB
-    except (OSError, ValueError, IndexError):
+        return psutil.Process(pid).memory_info().rss / 2**20
+    except psutil.Error:
         return 0.0
 
 
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                    found.append(int(entry))
-            except (OSError, ValueError, IndexError):
-                continue
-    return found
-
-
 def _tree(pid: int) -> list[int]:
-    pids, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        pids.append(p)
-        todo.extend(_children(p))
-    return pids
+    try:
+        root = psutil.Process(pid)
+        return [root.pid, *(child.pid for child in root.children(recursive=True))]
+    except psutil.Error:
+        return []
 
 
 def _stub_of(server_pid: int, model: str) -> int | None:
-    for child in _children(server_pid):
+    for child in psutil.Process(server_pid).children():
         try:
-            if f"/{model}/1/model.py" in Path(f"/proc/{child}/cmdline").read_text(errors="replace"):
-                return child
-        except OSError:
+            if f"/{model}/1/model.py" in " ".join(child.cmdline()):
+                return child.pid
+        except psutil.Error:
             continue
     return None
 
 
 def config_pids(key: str, server: TritonServer | None) -> list[int]:
     """The processes a configuration uses: this process and its engine (a), or tritonserver plus the model's
-    stub, EngineCore and worker (b–d). Found once per round: walking /proc while measuring costs CPU and the GIL."""
+    stub, EngineCore and worker (b–d). Found once per round: walking the process table while measuring costs CPU
+    and the GIL."""
     if key == "a":
         skip = set(_tree(server.process.pid)) if server else set()
         return [p for p in _tree(os.getpid()) if p not in skip]
@@ -149,11 +134,11 @@ def cpu_seconds(pids: list[int]) -> dict[int, tuple[str, float]]:
     found = {}
     for pid in pids:
         try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
+            process = psutil.Process(pid)
+            times = process.cpu_times()
+            found[pid] = (process.name(), times.user + times.system)
+        except psutil.Error:
             continue
-        fields = stat.rsplit(")", 1)[1].split()
-        found[pid] = (stat[stat.index("(") + 1:stat.rindex(")")], (int(fields[11]) + int(fields[12])) / CLOCK_TICKS)
     return found
 
 
@@ -298,12 +283,11 @@ def ratio(results: dict, top: str, bottom: str) -> float | None:
 
 
 def machine() -> dict:
-    mem = Path("/proc/meminfo").read_text().split("\n")[0].split()[1]
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())
     import vllm
 
-    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(int(mem) / 2**20, 1),
+    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
             "python": platform.python_version(), "vllm": vllm.__version__, "platform": platform.platform(),
             "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE"),
             "VLLM_CPU_NUM_OF_RESERVED_CPU": os.environ.get("VLLM_CPU_NUM_OF_RESERVED_CPU", "vLLM default")}

@@ -32,20 +32,15 @@ def shm_entries() -> set[str]:
 
 def shm_in_use() -> set[str]:
     """Names under /dev/shm that some live process has open or mapped."""
+    import psutil
+
     used: set[str] = set()
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
+    for process in psutil.process_iter():
         try:
-            for fd in (proc / "fd").iterdir():
-                target = os.readlink(fd)
-                if target.startswith("/dev/shm/"):
-                    used.add(target[9:].split(" ")[0])
-            for line in (proc / "maps").read_text().splitlines():
-                if "/dev/shm/" in line:
-                    used.add(line.split("/dev/shm/", 1)[1].split(" ")[0])
-        except OSError:
+            paths = [f.path for f in process.open_files()] + [m.path for m in process.memory_maps(grouped=True)]
+        except psutil.Error:
             continue
+        used.update(p[len("/dev/shm/"):].split(" ")[0] for p in paths if p.startswith("/dev/shm/"))
     return used
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -51,6 +52,25 @@ def explicit_mode_server(repo: Path, models: dict[str, dict[str, str]]) -> Itera
     with TritonServer(repo, env=server_env(), extra_args=args) as triton:
         triton.wait_ready(timeout=900, models=list(models))
         yield triton
+
+
+# -- processes ----------------------------------------------------------------------------------------
+def cmdline(process: psutil.Process) -> str:
+    try:
+        return " ".join(process.cmdline())
+    except psutil.Error:
+        return ""
+
+
+def stub_of(server: Any, model: str) -> psutil.Process:
+    """The Python stub that serves `model` on this server."""
+    return next(p for p in psutil.Process(server.process.pid).children() if f"/{model}/1/model.py" in cmdline(p))
+
+
+def engine_of(stub: psutil.Process) -> tuple[psutil.Process, psutil.Process]:
+    """(EngineCore, Worker) of a stub's engine."""
+    core = next(c for c in stub.children() if "VLLM::EngineCore" in cmdline(c))
+    return core, next(c for c in core.children() if "VLLM::Worker" in cmdline(c))
 
 
 def generate(server: Any, model: str, body: dict[str, Any], timeout: float = 60) -> tuple[int, dict[str, Any]]:

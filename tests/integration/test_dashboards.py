@@ -11,16 +11,14 @@ import pytest
 from helpers import ROOT, generate, generate_stream, grpc_inputs, grpc_stream, run
 from prometheus_server import Prometheus
 
+from dashboards.config import GPU_ONLY
+
 GENERATED = ROOT / "dashboards" / "generated"
 # Gauges whose names end like counter/histogram samples.
 GAUGE_NAMES = {"nv_inference_pending_request_count"}
 METRIC = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\{")
 # Families that cannot have data on this test server, with the reason.
-EXEMPT = {
-    "nv_gpu_utilization": "no NVIDIA GPU on the test machines",
-    "nv_gpu_memory_used_bytes": "no NVIDIA GPU on the test machines",
-    "nv_gpu_memory_total_bytes": "no NVIDIA GPU on the test machines",
-}
+EXEMPT = {name: "no NVIDIA GPU on the test machines" for name in GPU_ONLY}
 
 
 def boards() -> dict[str, dict]:

@@ -11,11 +11,10 @@ import os
 import signal
 import threading
 import time
-from pathlib import Path
 
 import pytest
 import requests
-from helpers import explicit_mode_server, generate, scrape, value, wait_until
+from helpers import engine_of, explicit_mode_server, generate, scrape, stub_of, value, wait_until
 
 FAST = {"ENABLE_VLLM_HEALTH_CHECK": "true", "REPORT_CUSTOM_METRICS": "true", "HEALTH_CHECK_INTERVAL_S": "0.5",
         "HEALTH_PROBE_TIMEOUT_S": "1", "HEALTH_STALL_TIMEOUT_S": "3", "HEALTH_RESTART_BACKOFF_S": "0.5",
@@ -36,33 +35,10 @@ def health_server(tmp_path_factory):
 
 
 # -- processes -------------------------------------------------------------------------------------
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(entry))
-    return found
-
-
-def engine_processes(model: str) -> tuple[int, int]:
+def engine_processes(server, model: str) -> tuple[int, int]:
     """(EngineCore pid, Worker pid) of a model's engine."""
-    stub = next(int(p) for p in os.listdir("/proc") if p.isdigit()
-                and "triton_python_backend_stub" in _cmdline(int(p)) and f"/{model}/1/model.py" in _cmdline(int(p)))
-    core = next(c for c in _children(stub) if "VLLM::EngineCore" in _cmdline(c))
-    worker = next(c for c in _children(core) if "VLLM::Worker" in _cmdline(c))
-    return core, worker
+    core, worker = engine_of(stub_of(server, model))
+    return core.pid, worker.pid
 
 
 # -- load --------------------------------------------------------------------------------------------
@@ -119,7 +95,7 @@ def test_sigkill_enginecore_under_load_with_restart(health_server):
     model = "h_restart"
     assert metric(health_server, "vllm_triton_engine_healthy", model) == 1
     streams = start_load(health_server, model)
-    core, _ = engine_processes(model)
+    core, _ = engine_processes(health_server, model)
     killed = time.monotonic()
     os.kill(core, signal.SIGKILL)
     for message in errors_after(streams, killed, within=1.0):
@@ -140,7 +116,7 @@ def test_sigkill_enginecore_under_load_with_restart(health_server):
 def test_sigkill_worker_under_load_with_unload(health_server):
     model = "h_unload"
     streams = start_load(health_server, model)
-    _, worker = engine_processes(model)
+    _, worker = engine_processes(health_server, model)
     killed = time.monotonic()
     os.kill(worker, signal.SIGKILL)
     errors_after(streams, killed, within=1.0)
@@ -152,7 +128,7 @@ def test_sigkill_worker_under_load_with_unload(health_server):
 def test_sigstop_enginecore_is_detected_and_sigcont_recovers_under_fail(health_server):
     model = "h_fail"
     streams = start_load(health_server, model)
-    core, _ = engine_processes(model)
+    core, _ = engine_processes(health_server, model)
     stopped = time.monotonic()
     os.kill(core, signal.SIGSTOP)
     try:
@@ -178,7 +154,7 @@ def test_monitor_off_keeps_the_official_behaviour(health_server):
     assert "vllm_triton_engine_healthy" not in {
         s.name for f in scrape(health_server).values() for s in f.samples if s.labels.get("model") == model}
     streams = start_load(health_server, model)
-    core, _ = engine_processes(model)
+    core, _ = engine_processes(health_server, model)
     killed = time.monotonic()
     os.kill(core, signal.SIGKILL)
     for message in errors_after(streams, killed, within=1.0):
@@ -208,7 +184,7 @@ def test_engine_unhealthy_alert_fires_in_a_real_prometheus(health_server, tmp_pa
     with Prometheus(tmp_path, [f"127.0.0.1:{health_server.metrics_port}"], [rules]) as prometheus:
         prometheus.wait_for_scrapes(3)
         assert not [a for a in prometheus.alerts() if a["labels"]["alertname"] == "VllmEngineUnhealthy"]
-        core, _ = engine_processes(model)
+        core, _ = engine_processes(health_server, model)
         os.kill(core, signal.SIGKILL)
 
         def firing() -> bool:

@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 import requests
-from helpers import explicit_mode_server, generate, wait_until
+from helpers import engine_of, explicit_mode_server, generate, stub_of, wait_until
 
 FAST_HEALTH = {"ENABLE_VLLM_HEALTH_CHECK": "true", "HEALTH_CHECK_INTERVAL_S": "0.5", "HEALTH_PROBE_TIMEOUT_S": "1",
                "HEALTH_STALL_TIMEOUT_S": "3", "HEALTH_RESTART_BACKOFF_S": "0.5", "HEALTH_RECOVERY": "restart"}
@@ -37,11 +37,6 @@ def repository(server, action: str, model: str) -> requests.Response:
 
 def ready(server, model: str) -> bool:
     return requests.get(f"{server.http_url}/v2/models/{model}/ready", timeout=5).status_code == 200
-
-
-def stub(server, model: str) -> psutil.Process:
-    return next(p for p in psutil.Process(server.process.pid).children()
-                if f"/{model}/1/model.py" in " ".join(p.cmdline()))
 
 
 def tree(process: psutil.Process) -> list[psutil.Process]:
@@ -86,7 +81,7 @@ def start_streams(server, model: str, n: int, max_tokens: int) -> list[Stream]:
 
 
 def test_unload_lets_running_streams_finish_and_frees_everything(triton):
-    process = stub(triton, "life")
+    process = stub_of(triton, "life")
     processes, region = tree(process), shm_region(process)
     assert len(processes) >= 3  # stub, EngineCore, Worker
     streams = start_streams(triton, "life", n=3, max_tokens=1000)
@@ -134,9 +129,9 @@ def test_load_unload_cycles_leak_nothing(triton, capsys):
 
 
 def test_unload_during_an_engine_restart_leaves_no_engine_behind(triton):
-    process = stub(triton, "restarting")
+    process = stub_of(triton, "restarting")
     engines_before = engine_processes()
-    core = next(p for p in process.children() if "VLLM::EngineCore" in " ".join(p.cmdline()))
+    core, _ = engine_of(process)
     os.kill(core.pid, signal.SIGKILL)
     # the monitor notices, waits its backoff, then builds a new engine (tens of seconds on CPU): unload then
     wait_until(lambda: "restarting the engine in 0.5 s" in triton.log_text(), timeout=30)

@@ -24,7 +24,7 @@ class Log:
 
 class FakeEngine:
     def __init__(self, outputs=(), fail=None):
-        self.outputs, self.fail, self.calls, self.aborted = list(outputs), fail, 0, []
+        self.outputs, self.fail, self.calls = list(outputs), fail, 0
 
     async def generate(self, prompt, params, request_id, lora_request=None):
         self.calls += 1
@@ -34,7 +34,7 @@ class FakeEngine:
             raise self.fail
 
     async def abort(self, request_id):
-        self.aborted.append(request_id)
+        pass
 
 
 class Runner:
