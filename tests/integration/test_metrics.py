@@ -3,21 +3,29 @@
 from __future__ import annotations
 
 import concurrent.futures
-import re
 import time
 
 import pytest
-import requests
 from conftest import LORA_ENGINE
-from helpers import BASE_ENGINE, TINY_MODEL, generate, generate_stream, scrape, series, value, wait_until
+from helpers import (
+    BASE_ENGINE,
+    TINY_MODEL,
+    exposed_sample_name,
+    generate,
+    generate_stream,
+    scrape,
+    series,
+    value,
+    wait_until,
+)
 
 PROMPTS = ["What is Triton?", "Tell me about the metrics endpoint", "A", "one two three four five"]
 
 
 def exposed_names(server, model: str) -> set[str]:
-    """Names of the series on :8002 that belong to `model`."""
-    text = requests.get(server.metrics_url, timeout=10).text
-    return set(re.findall(rf'^([^#\s{{]+){{[^}}]*model="{model}"', text, flags=re.M))
+    """Names of the series on :8002 that belong to `model`, as written on the wire."""
+    return {exposed_sample_name(family, sample) for family in scrape(server).values() for sample in family.samples
+            if sample.labels.get("model") == model}
 
 
 def vllms_own_names(engine: dict) -> set[str]:
