@@ -101,8 +101,8 @@ class ModelInstance:
             self.log.warn("tritonserver runs without HTTP: an unload waits for every running request, however long "
                           "(UNLOAD_DRAIN_TIMEOUT_S needs the HTTP endpoint to notice the unload)")
             return None
-        return UnloadWatch(http_readiness(base, args["model_name"], args["model_version"]), self.service.drain,
-                           self.settings.unload_drain_timeout_s, self.log)
+        return UnloadWatch(args["model_name"], http_readiness(base, args["model_name"], args["model_version"]),
+                           self.service.drain, self.settings.unload_drain_timeout_s, self.log)
 
     def _info(self) -> BackendInfo:
         import vllm

@@ -38,8 +38,9 @@ def http_readiness(base_url: str, model: str, version: str) -> Callable[[], bool
 
 
 class UnloadWatch:
-    def __init__(self, is_ready: Callable[[], bool | None], drain: Callable[[float], int], timeout_s: float, log: Any,
-                 interval_s: float = 0.5) -> None:
+    def __init__(self, name: str, is_ready: Callable[[], bool | None], drain: Callable[[float], int],
+                 timeout_s: float, log: Any, interval_s: float = 0.5) -> None:
+        self._name = name
         self._is_ready = is_ready
         self._drain = drain
         self._timeout_s = timeout_s
@@ -66,11 +67,13 @@ class UnloadWatch:
         seen_ready = False  # a model with several instances is ready only once the last one has loaded
         while not self._stop.wait(self._interval_s):
             ready = self._ready()
-            seen_ready = seen_ready or ready is True
+            if ready is True and not seen_ready:
+                seen_ready = True
+                self._log.info(f"unload watch: following Triton's readiness of {self._name}")
             if not seen_ready or ready is not False:
                 continue
-            self._log.info(f"Triton no longer reports this model ready (unload or shutdown): running requests may "
-                           f"finish for up to {self._timeout_s:g} s (UNLOAD_DRAIN_TIMEOUT_S)")
+            self._log.info(f"Triton no longer reports {self._name} ready (unload or shutdown): running requests "
+                           f"may finish for up to {self._timeout_s:g} s (UNLOAD_DRAIN_TIMEOUT_S)")
             aborted = self._drain(self._timeout_s)
             if aborted:
                 self._log.warn(f"unloading: {aborted} request(s) did not finish within {self._timeout_s:g} s and "

@@ -73,6 +73,8 @@ class Stream(threading.Thread):
 
 
 def start_streams(server, model: str, n: int, max_tokens: int) -> list[Stream]:
+    # the backend follows the model's readiness from Triton's HTTP endpoint, which starts after the startup models
+    wait_until(lambda: f"unload watch: following Triton's readiness of {model}\"" in server.log_text(), timeout=30)
     streams = [Stream(server, model, max_tokens) for _ in range(n)]
     for s in streams:
         s.start()
@@ -95,7 +97,7 @@ def test_unload_lets_running_streams_finish_and_frees_everything(triton):
     assert not Path("/dev/shm", region).exists()
     status, body = generate(triton, "other", {"text_input": "still here", "parameters": {"max_tokens": 4}})
     assert status == 200, body
-    assert "Triton no longer reports this model ready (unload or shutdown)" in triton.log_text()
+    assert "Triton no longer reports life ready (unload or shutdown)" in triton.log_text()
 
 
 def test_unload_aborts_what_outlives_the_drain_bound(triton):

@@ -24,7 +24,7 @@ def watch(readiness):
             raise value
         return value
 
-    w = UnloadWatch(is_ready, lambda timeout: drained.append(timeout) or 2, 7.0, log, interval_s=0.01)
+    w = UnloadWatch("m", is_ready, lambda timeout: drained.append(timeout) or 2, 7.0, log, interval_s=0.01)
     w.start()
     return w, drained, log
 
@@ -34,6 +34,7 @@ def test_drains_once_when_the_model_stops_being_ready():
     time.sleep(0.3)
     w.stop()
     assert drained == [7.0]
+    assert log.lines[0] == "unload watch: following Triton's readiness of m"
     assert any("2 request(s) did not finish within 7 s" in line for line in log.lines)
 
 
