@@ -41,11 +41,9 @@ providers:
 """
 
 
-def slo_buckets() -> dict[str, tuple[float, ...]]:
-    """Each latency histogram's buckets, from the live catalogue (the SLO thresholds must be among them)."""
-    from metrics.catalogue import BASE_ENGINE, vllm_families
-
-    return {f.name: f.buckets for f in vllm_families(BASE_ENGINE) if f.buckets}
+def slo_buckets(config: Config) -> dict[str, tuple[float, ...]]:
+    """Each SLO histogram's buckets (the SLO thresholds must be among them)."""
+    return {slo.histogram: slo.buckets for slo in config.slos}
 
 
 def check_slos(config: Config, buckets: dict[str, tuple[float, ...]]) -> None:
@@ -64,7 +62,7 @@ def _number_panels(board: dict[str, Any]) -> dict[str, Any]:
 
 def render(config: Config = DEFAULT, buckets: dict[str, tuple[float, ...]] | None = None) -> dict[str, str]:
     """File name → JSON text for every dashboard."""
-    buckets = buckets or slo_buckets()
+    buckets = buckets or slo_buckets(config)
     check_slos(config, buckets)
     encoder = JSONEncoder(sort_keys=True, indent=2)
     files = {}

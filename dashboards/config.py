@@ -21,6 +21,16 @@ TRITON_METRICS = (
 GPU_ONLY = frozenset(m for m in TRITON_METRICS if m.startswith("nv_gpu_"))
 
 
+# vLLM 0.32's buckets for the SLO histograms, written here so that `make dashboards` and `make alerts` need no
+# engine; tests/integration/test_dashboards.py fails when the installed vLLM's differ.
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+                40.0, 80.0, 160.0, 640.0, 2560.0)
+INTER_TOKEN_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                       20.0, 40.0, 80.0)
+REQUEST_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
+                           240.0, 480.0, 960.0, 1920.0, 7680.0)
+
+
 @dataclass(frozen=True)
 class LatencySLO:
     """`objective` of requests must be at or under `threshold_s`, which must be one of the histogram's buckets."""
@@ -28,6 +38,7 @@ class LatencySLO:
     name: str  # TTFT, InterToken, EndToEnd
     histogram: str
     threshold_s: float
+    buckets: tuple[float, ...]  # vLLM's buckets of `histogram` (a test keeps them equal to the installed vLLM's)
     objective: float = 0.99
     description: str = ""
 
@@ -67,11 +78,11 @@ class Config:
     metrics_errors_for: str = "5m"
 
     slos: tuple[LatencySLO, ...] = (
-        LatencySLO("TTFT", "vllm:time_to_first_token_seconds", 2.5,
+        LatencySLO("TTFT", "vllm:time_to_first_token_seconds", 2.5, TTFT_BUCKETS,
                    description="time to first token"),
-        LatencySLO("InterToken", "vllm:inter_token_latency_seconds", 0.2,
+        LatencySLO("InterToken", "vllm:inter_token_latency_seconds", 0.2, INTER_TOKEN_BUCKETS,
                    description="inter-token latency"),
-        LatencySLO("EndToEnd", "vllm:e2e_request_latency_seconds", 60.0,
+        LatencySLO("EndToEnd", "vllm:e2e_request_latency_seconds", 60.0, REQUEST_LATENCY_BUCKETS,
                    description="end-to-end request latency"),
     )
     # Multi-window multi-burn-rate alerting (Google SRE workbook), for a 30-day objective.

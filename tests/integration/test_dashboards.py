@@ -39,6 +39,26 @@ def test_generated_files_are_up_to_date():
     assert main(["--check"]) == 0, "run `make dashboards`"
 
 
+def test_the_slo_buckets_are_vllms_own():
+    from dashboards.config import DEFAULT
+    from metrics.catalogue import BASE_ENGINE, vllm_families
+
+    vllm = {f.name: f.buckets for f in vllm_families(BASE_ENGINE)}
+    for slo in DEFAULT.slos:
+        assert slo.buckets == vllm[slo.histogram], slo.name
+
+
+def test_make_dashboards_and_alerts_import_no_engine():
+    import subprocess
+    import sys
+
+    code = ("import sys; import dashboards.build, alerts.build; "
+            "dashboards.build.render(); alerts.build.render(); "
+            "assert 'vllm' not in sys.modules and 'torch' not in sys.modules, sorted(sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
 def test_expected_dashboards_exist():
     assert {b["uid"] for b in boards().values()} == {
         "vllm-triton-overview", "vllm-triton-latency", "vllm-triton-saturation", "vllm-triton-server",
