@@ -154,6 +154,8 @@ class GenerationService:
             self.fail_inflight(EngineUnavailable(
                 f"the model is being unloaded and this request did not finish within {timeout_s:g} s "
                 "(UNLOAD_DRAIN_TIMEOUT_S)"))
+            self._log.warn(f"unloading: {len(left)} request(s) did not finish within {timeout_s:g} s and were "
+                           "aborted")
         return len(left)
 
     def close(self) -> None:

@@ -130,13 +130,7 @@ class ModelInstance:
             self.unload_watch.stop()
         if self.monitor is not None:
             self.monitor.stop()
-        timeout = self.settings.unload_drain_timeout_s
-        inflight = len(self.service.responses.inflight())
-        if inflight:
-            self.log.info(f"unloading: letting {inflight} in-flight request(s) finish (up to {timeout:g} s)")
-        aborted = self.service.drain(timeout)
-        if aborted:
-            self.log.warn(f"unloading: {aborted} request(s) did not finish within {timeout:g} s and were aborted")
+        self.service.drain(self.settings.unload_drain_timeout_s)
         self.service.close()
         if self.metrics is not None:
             self.metrics.stop()

@@ -13,8 +13,6 @@ _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off", ""}
 # Keys Triton's Python backend itself reads from the same `parameters` block.
 PYTHON_BACKEND_KEYS = frozenset({"EXECUTION_ENV_PATH", "FORCE_CPU_ONLY_INPUT_TENSORS"})
-# Keys the official vLLM backend reads that this backend reads too (see backend.device for GPU_DEVICE_IDS).
-OFFICIAL_KEYS = frozenset({"REPORT_CUSTOM_METRICS", "ENABLE_VLLM_HEALTH_CHECK", "GPU_DEVICE_IDS"})
 
 
 def parse_bool(name: str, value: str) -> bool:
@@ -67,6 +65,7 @@ class BackendSettings:
     report_custom_metrics: bool = False
     unload_drain_timeout_s: float = 30.0  # UNLOAD_DRAIN_TIMEOUT_S: in-flight requests may finish this long
 
+    # GPU_DEVICE_IDS is the official backend's (read by backend.device); the health keys live in health.settings.
     KEYS = frozenset({"REPORT_CUSTOM_METRICS", "UNLOAD_DRAIN_TIMEOUT_S", "GPU_DEVICE_IDS"})
 
     @classmethod

@@ -74,8 +74,5 @@ class UnloadWatch:
                 continue
             self._log.info(f"Triton no longer reports {self._name} ready (unload or shutdown): running requests "
                            f"may finish for up to {self._timeout_s:g} s (UNLOAD_DRAIN_TIMEOUT_S)")
-            aborted = self._drain(self._timeout_s)
-            if aborted:
-                self._log.warn(f"unloading: {aborted} request(s) did not finish within {self._timeout_s:g} s and "
-                               "were aborted")
+            self._drain(self._timeout_s)
             return

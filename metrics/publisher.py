@@ -85,7 +85,8 @@ class TritonPublisher:
                 if kind is Kind.GAUGE:
                     metric.set(sample.value)
                 else:
-                    increase = sample.value - (last or 0.0) if sample.value >= (last or 0.0) else sample.value
+                    previous = last or 0.0
+                    increase = sample.value - previous if sample.value >= previous else sample.value  # a reset
                     if increase > 0:
                         metric.increment(increase)
                 self._last[key] = sample.value

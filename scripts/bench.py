@@ -34,10 +34,9 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
-from triton_launcher import TritonServer  # noqa: E402
+from triton_launcher import TINY_ENGINE, TritonServer, write_model  # noqa: E402
 
-TINY_MODEL = ROOT / "samples" / "model_repository" / "vllm_model" / "1" / "tiny-llama"
-ENGINE = {"model": str(TINY_MODEL), "dtype": "float32", "enforce_eager": True, "max_model_len": 1024}
+ENGINE = TINY_ENGINE
 CONFIGS = {
     "a": ("direct AsyncLLM", None),
     "b": ("Triton, metrics off", {}),
@@ -298,12 +297,7 @@ def write_repository(root: Path, configs: list[str]) -> None:
         params = CONFIGS[key][1]
         if params is None:
             continue
-        model_dir = root / f"bench_{key}"
-        (model_dir / "1").mkdir(parents=True)
-        lines = ['backend: "vllm"', "instance_group [{ count: 1 kind: KIND_MODEL }]"]
-        lines += [f'parameters: {{ key: "{k}" value: {{ string_value: "{v}" }} }}' for k, v in params.items()]
-        (model_dir / "config.pbtxt").write_text("\n".join(lines) + "\n")
-        (model_dir / "1" / "model.json").write_text(json.dumps(ENGINE))
+        write_model(root, f"bench_{key}", ENGINE, params=params)
 
 
 async def start_direct():

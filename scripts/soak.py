@@ -29,11 +29,9 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from triton_launcher import ROOT, TritonServer  # noqa: E402
+from triton_launcher import ROOT, TritonServer, write_model  # noqa: E402
 
 MODEL = "vllm_model"
-TINY_MODEL = ROOT / "samples" / "model_repository" / "vllm_model" / "1" / "tiny-llama"
-ENGINE = {"model": str(TINY_MODEL), "dtype": "float32", "enforce_eager": True, "max_model_len": 1024}
 BAD = [  # (request body, the message the client must get)
     ({"sampling_parameters": "[" * 50_000}, "JSON nested too deeply"),
     ({"sampling_parameters": json.dumps({"max_tokenz": 3})}, "unknown sampling parameter"),
@@ -250,16 +248,6 @@ def summary(report: dict) -> str:
     return "\n".join(lines)
 
 
-def write_repository(root: Path) -> Path:
-    model = root / MODEL
-    (model / "1").mkdir(parents=True)
-    params = {"REPORT_CUSTOM_METRICS": "true", "ENABLE_VLLM_HEALTH_CHECK": "true"}
-    (model / "config.pbtxt").write_text('backend: "vllm"\ninstance_group [{ count: 1 kind: KIND_MODEL }]\n' + "".join(
-        f'parameters: {{ key: "{k}" value: {{ string_value: "{v}" }} }}\n' for k, v in params.items()))
-    (model / "1" / "model.json").write_text(json.dumps(ENGINE))
-    return root
-
-
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=600.0, help="seconds of load (default 600)")
@@ -272,11 +260,13 @@ def main(argv: list[str]) -> int:
     if args.attach:
         report = run(*args.attach, args.server_pid, args.duration, args.workers)
     else:
-        with tempfile.TemporaryDirectory() as tmp, TritonServer(write_repository(Path(tmp))) as server:
-            print(f"[soak] starting tritonserver (log: {server.log_path})", flush=True)
-            server.wait_ready(timeout=900)
-            report = run(server.http_port, server.grpc_port, server.metrics_port, server.process.pid,
-                         args.duration, args.workers)
+        with tempfile.TemporaryDirectory() as tmp:
+            write_model(Path(tmp), MODEL, params={"REPORT_CUSTOM_METRICS": "true", "ENABLE_VLLM_HEALTH_CHECK": "true"})
+            with TritonServer(Path(tmp)) as server:
+                print(f"[soak] starting tritonserver (log: {server.log_path})", flush=True)
+                server.wait_ready(timeout=900)
+                report = run(server.http_port, server.grpc_port, server.metrics_port, server.process.pid,
+                             args.duration, args.workers)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(report, indent=2) + "\n")
     print(summary(report))

@@ -10,6 +10,7 @@ starved the clients of the other group for seconds at a time (docs/benchmarks.md
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import socket
@@ -19,8 +20,12 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+TINY_MODEL = ROOT / "samples" / "model_repository" / "vllm_model" / "1" / "tiny-llama"
+# model.json for the tiny model, as the tests, the benchmark and the soak run it.
+TINY_ENGINE = {"model": str(TINY_MODEL), "dtype": "float32", "enforce_eager": True, "max_model_len": 1024}
 # Shared memory a server and its children may leave behind when killed: the Python backend's regions
 # (named after the backend, e.g. triton_vllm_backend_shm_region_*), torch/vLLM's psm_* and semaphores.
 SHM_GLOBS = ("triton_*_backend_shm_region_*", "psm_*", "sem.mp-*")
@@ -42,6 +47,24 @@ def shm_in_use() -> set[str]:
             continue
         used.update(p[len("/dev/shm/"):].split(" ")[0] for p in paths if p.startswith("/dev/shm/"))
     return used
+
+
+def write_model(repo: Path, name: str, engine: dict[str, Any] | str | None = None, *,
+                params: dict[str, str] | None = None, instances: int = 1, files: dict[str, str] | None = None,
+                extra_config: str = "") -> Path:
+    """A model directory laid out like the official sample: config.pbtxt + 1/model.json (the tiny model's by
+    default)."""
+    model_dir = repo / name
+    (model_dir / "1").mkdir(parents=True)
+    lines = ['backend: "vllm"', f"instance_group [{{ count: {instances} kind: KIND_MODEL }}]"]
+    for key, value in (params or {}).items():
+        lines.append(f'parameters: {{ key: "{key}" value: {{ string_value: "{value}" }} }}')
+    (model_dir / "config.pbtxt").write_text("\n".join(lines) + "\n" + extra_config)
+    engine = TINY_ENGINE if engine is None else engine
+    (model_dir / "1" / "model.json").write_text(engine if isinstance(engine, str) else json.dumps(engine))
+    for filename, text in (files or {}).items():
+        (model_dir / "1" / filename).write_text(text)
+    return model_dir
 
 
 def free_port() -> int:

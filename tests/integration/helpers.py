@@ -15,37 +15,18 @@ import numpy as np
 import psutil
 import requests
 from prometheus_client.parser import text_string_to_metric_families
+from triton_launcher import TINY_ENGINE, TINY_MODEL, TritonServer, write_model  # noqa: F401 - re-exported
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY_MODEL = ROOT / "samples" / "model_repository" / "vllm_model" / "1" / "tiny-llama"
 TINY_LORA = TINY_MODEL.with_name("tiny-llama-lora")
-BASE_ENGINE = {"model": str(TINY_MODEL), "dtype": "float32", "enforce_eager": True, "max_model_len": 1024}
+BASE_ENGINE = TINY_ENGINE
 # 1 GiB KV caches (an integer number of GiB) so that several engines fit beside each other.
 TEST_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}
-
-
-def write_model(repo: Path, name: str, engine: dict[str, Any] | str | None = None, *,
-                params: dict[str, str] | None = None, instances: int = 1, files: dict[str, str] | None = None,
-                extra_config: str = "") -> Path:
-    """A model directory laid out like the official sample: config.pbtxt + 1/model.json."""
-    model_dir = repo / name
-    (model_dir / "1").mkdir(parents=True)
-    lines = ['backend: "vllm"', f"instance_group [{{ count: {instances} kind: KIND_MODEL }}]"]
-    for key, value in (params or {}).items():
-        lines.append(f'parameters: {{ key: "{key}" value: {{ string_value: "{value}" }} }}')
-    (model_dir / "config.pbtxt").write_text("\n".join(lines) + "\n" + extra_config)
-    engine = BASE_ENGINE if engine is None else engine
-    (model_dir / "1" / "model.json").write_text(engine if isinstance(engine, str) else json.dumps(engine))
-    for filename, text in (files or {}).items():
-        (model_dir / "1" / filename).write_text(text)
-    return model_dir
 
 
 @contextmanager
 def explicit_mode_server(repo: Path, models: dict[str, dict[str, str]]) -> Iterator[Any]:
     """A server in explicit model-control mode (repository API, unload recovery) with these models loaded."""
-    from triton_launcher import TritonServer
-
     for name, params in models.items():
         write_model(repo, name, params=params)
     args = ["--model-control-mode=explicit", *(f"--load-model={name}" for name in models)]

@@ -151,8 +151,9 @@ def test_a_cancelled_generation_task_still_answers():
 
 
 def test_drain_lets_requests_finish_then_aborts_the_rest():
-    service, _, sender, _ = serve(Hanging())
+    service, _, sender, log = serve(Hanging())
     assert service.drain(0.2) == 1
+    assert any("1 request(s) did not finish within 0.2 s and were aborted" in line for line in log.errors)
     _, code, message = final(sender)
     assert code == "UNAVAILABLE" and "did not finish within 0.2 s" in message
     refused = FakeSender()
