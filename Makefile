@@ -1,6 +1,6 @@
 # Every target runs scripts/setup.sh first: it is idempotent and takes seconds once the venv exists.
 SHELL := /bin/bash
-.PHONY: setup serve test test-unit lint dashboards alerts bench soak install-backend clean
+.PHONY: setup serve test test-unit lint dashboards alerts docs bench soak install-backend clean
 
 setup:
 	@bash scripts/setup.sh
@@ -16,13 +16,17 @@ test-unit: setup
 	@source scripts/env.sh && python -m pytest -q tests/unit $(PYTEST_ARGS)
 
 lint: setup
-	@source scripts/env.sh && ruff check backend metrics health dashboards alerts scripts tests
+	@source scripts/env.sh && ruff check .
 
 dashboards: setup
 	@source scripts/env.sh && python -m dashboards.build
 
 alerts: setup
 	@source scripts/env.sh && python -m alerts.build
+
+# docs/metrics.md, the metric reference, from the installed vLLM (after upgrading it).
+docs: setup
+	@source scripts/env.sh && python -m vllm_triton_observable.metrics.catalogue docs/metrics.md
 
 bench: setup
 	@source scripts/env.sh && python scripts/bench.py $(BENCH_ARGS)

@@ -1,4 +1,4 @@
-"""Every alert and recording rule, defined once from `dashboards.config.Config`.
+"""Every alert and recording rule, defined once from `observability.config.Config`.
 
 Each alert carries its runbook text (rendered into alerts/runbook.md) and the dashboard panel that shows it;
 the renderers turn the same list into Prometheus rule files, a Kubernetes PrometheusRule and Grafana-managed
@@ -11,9 +11,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dashboards.config import Config, LatencySLO
-from dashboards.promql import error_ratio
-from metrics.registry import le_label
+from observability.config import Config, DashboardUID, LatencySLO
+from observability.promql import error_ratio
+from vllm_triton_observable.metrics import names
+from vllm_triton_observable.metrics.registry import le_label
 
 ENGINE = "job, instance, model, model_instance, engine"
 INSTANCE = "job, instance, model, model_instance"
@@ -72,12 +73,12 @@ def recording_rules(config: Config) -> list[RecordingRule]:
 
 def alerts(config: Config) -> list[Alert]:
     s = lambda extra="": selector(config, extra)  # noqa: E731
-    kv = f"max by ({ENGINE}) (vllm:kv_cache_usage_perc{s()})"
+    kv = f"max by ({ENGINE}) ({names.VLLM_KV_CACHE_USAGE}{s()})"
     errors = error_ratio(config.triton_selector, config.triton_selector, MODEL, "5m")
     found = [
         Alert(
             name="VllmEngineUnhealthy",
-            expr=f"1 - max by ({INSTANCE}) (vllm_triton_engine_healthy{s()}) > 0",
+            expr=f"1 - max by ({INSTANCE}) ({names.ENGINE_HEALTHY}{s()}) > 0",
             for_=config.unhealthy_for,
             severity="critical",
             summary="A vLLM engine is unhealthy and its model refuses requests.",
@@ -89,19 +90,19 @@ def alerts(config: Config) -> list[Alert]:
                 "answering its probes. Requests to this model instance fail fast until it recovers."),
             check=(
                 "Triton's log for `[vllm] engine health:` lines (they give the cause); "
-                "vllm_triton_engine_restarts_total; the EngineCore and worker processes (`ps -ef | grep VLLM`); "
+                f"{names.ENGINE_RESTARTS}; the EngineCore and worker processes (`ps -ef | grep VLLM`); "
                 "host memory and the GPU (OOM kills, Xid errors)."),
             action=(
                 "With HEALTH_RECOVERY=restart the engine is replaced automatically; if restarts keep failing, "
                 "reload the model (explicit mode) or restart the server, and fix the cause in the log."),
-            dashboard="vllm-triton-health",
+            dashboard=DashboardUID.HEALTH,
             panel="Engine healthy",
         ),
         Alert(
             name="VllmEngineStalled",
             expr=(
-                f"(max by ({INSTANCE}) (vllm_triton_requests_in_flight{s()}) > 0) and on ({INSTANCE}) "
-                f"(max by ({INSTANCE}) (vllm_triton_metrics_seconds_since_last_record{s()}) > "
+                f"(max by ({INSTANCE}) ({names.REQUESTS_IN_FLIGHT}{s()}) > 0) and on ({INSTANCE}) "
+                f"(max by ({INSTANCE}) ({names.SECONDS_SINCE_LAST_RECORD}{s()}) > "
                 f"{config.stall_seconds:g})"),
             for_=config.stall_for,
             severity="critical",
@@ -118,14 +119,14 @@ def alerts(config: Config) -> list[Alert]:
             action=(
                 "Turn the health monitor on so hung engines are restarted automatically; otherwise restart the "
                 "model or the server, and capture stacks before you do."),
-            dashboard="vllm-triton-health",
+            dashboard=DashboardUID.HEALTH,
             panel="Seconds since engine progress",
         ),
         Alert(
             name="VllmMetricsAbsent",
             expr=(
                 f"(up{s()} == 1) unless on (job, instance) group by (job, instance) "
-                f"(vllm:num_requests_running{s()})"),
+                f"({names.VLLM_RUNNING}{s()})"),
             for_=config.absent_for,
             severity="warning",
             summary="A Triton target is up but exports no vLLM metrics.",
@@ -140,7 +141,7 @@ def alerts(config: Config) -> list[Alert]:
             action=(
                 "Turn the switch named in the log on and reload the model, or narrow triton_selector so this "
                 "alert only watches vLLM servers."),
-            dashboard="vllm-triton-overview",
+            dashboard=DashboardUID.OVERVIEW,
             panel="Requests/s",
         ),
         Alert(
@@ -153,7 +154,7 @@ def alerts(config: Config) -> list[Alert]:
             meaning="The Triton server is down, restarting, or its metrics port is unreachable.",
             check="The tritonserver process and its log; the metrics port (8002) and network policy.",
             action="Restart the server or fix the network path; check why it stopped (OOM, crash).",
-            dashboard="vllm-triton-server",
+            dashboard=DashboardUID.SERVER,
             panel="Triton successes vs vLLM finished requests",
         ),
         Alert(
@@ -169,10 +170,10 @@ def alerts(config: Config) -> list[Alert]:
                 "Requests end with an engine error (vLLM finished_reason=\"error\") or a Triton failure "
                 "(cancellations excluded)."),
             check=(
-                "Triton's log for `[vllm] generation failed` lines; vllm_triton_requests_finished_total by outcome; "
+                f"Triton's log for `[vllm] generation failed` lines; {names.REQUESTS_FINISHED} by outcome; "
                 "engine health."),
             action="Fix the cause in the log; if the engine is unhealthy, see VllmEngineUnhealthy.",
-            dashboard="vllm-triton-overview",
+            dashboard=DashboardUID.OVERVIEW,
             panel="Error ratio",
         ),
         Alert(
@@ -184,7 +185,7 @@ def alerts(config: Config) -> list[Alert]:
             description=(
                 "{{ $value | humanizePercentage }} of requests to {{ $labels.model }} on {{ $labels.instance }} "
                 "failed over 5m."),
-            dashboard="vllm-triton-overview",
+            dashboard=DashboardUID.OVERVIEW,
             panel="Error ratio",
         ),
         Alert(
@@ -199,11 +200,11 @@ def alerts(config: Config) -> list[Alert]:
             meaning=(
                 "Running requests hold almost all KV-cache blocks; new requests queue and running ones may be "
                 "preempted."),
-            check="vllm:num_requests_waiting, preemptions, prompt and generation lengths, prefix-cache hit ratio.",
+            check=f"{names.VLLM_WAITING}, preemptions, prompt and generation lengths, prefix-cache hit ratio.",
             action=(
                 "Add capacity (instances, GPU memory via gpu_memory_utilization), lower max_num_seqs or "
                 "max_model_len, or shed load."),
-            dashboard="vllm-triton-saturation",
+            dashboard=DashboardUID.SATURATION,
             panel="KV-cache usage (max and mean)",
         ),
         Alert(
@@ -215,26 +216,26 @@ def alerts(config: Config) -> list[Alert]:
             description=(
                 "KV cache of {{ $labels.model_instance }} engine {{ $labels.engine }} is "
                 "{{ $value | humanizePercentage }} full."),
-            dashboard="vllm-triton-saturation",
+            dashboard=DashboardUID.SATURATION,
             panel="KV-cache usage (max and mean)",
         ),
         Alert(
             name="VllmRequestsQueueing",
-            expr=f"sum by ({INSTANCE}) (vllm:num_requests_waiting{s()}) > {config.waiting_requests_warning:g}",
+            expr=f"sum by ({INSTANCE}) ({names.VLLM_WAITING}{s()}) > {config.waiting_requests_warning:g}",
             for_=config.waiting_requests_for,
             severity="warning",
             summary="Requests are queueing in a vLLM engine.",
             description="{{ $value }} requests wait in {{ $labels.model_instance }} on {{ $labels.instance }}.",
             meaning="The engine cannot admit requests as fast as they arrive; time to first token grows.",
-            check="KV-cache usage, vllm:num_requests_waiting_by_reason, the request rate.",
+            check=f"KV-cache usage, {names.VLLM_WAITING_BY_REASON}, the request rate.",
             action="Scale out (more instances or replicas), or reduce prompt/generation lengths.",
-            dashboard="vllm-triton-saturation",
+            dashboard=DashboardUID.SATURATION,
             panel="Waiting requests by reason",
         ),
         Alert(
             name="VllmHighPreemptionRate",
             expr=(
-                f"sum by ({INSTANCE}) (rate(vllm:num_preemptions_total{s()}[5m])) > "
+                f"sum by ({INSTANCE}) (rate({names.VLLM_PREEMPTIONS}{s()}[5m])) > "
                 f"{config.preemptions_per_s_warning:g}"),
             for_=config.preemptions_for,
             severity="warning",
@@ -245,12 +246,12 @@ def alerts(config: Config) -> list[Alert]:
                 "recompute: throughput drops and latency grows."),
             check="KV-cache usage, batch size (tokens per step), generation lengths.",
             action="Give the engine more KV cache or admit fewer concurrent sequences (max_num_seqs).",
-            dashboard="vllm-triton-saturation",
+            dashboard=DashboardUID.SATURATION,
             panel="Preemptions/s",
         ),
         Alert(
             name="VllmMetricsErrors",
-            expr=f"sum by ({INSTANCE}, stage) (increase(vllm_triton_metrics_errors_total{s()}[10m])) > 0",
+            expr=f"sum by ({INSTANCE}, stage) (increase({names.METRICS_ERRORS}{s()}[10m])) > 0",
             for_=config.metrics_errors_for,
             severity="warning",
             summary="The backend's metrics path fails.",
@@ -263,7 +264,7 @@ def alerts(config: Config) -> list[Alert]:
                 "The server log: the first error of each kind is logged with its traceback ('metrics record failed' "
                 "or 'metrics publish failed')."),
             action="Report it with the log lines and the vLLM version; a family Triton refuses is named in the log.",
-            dashboard="vllm-triton-health",
+            dashboard=DashboardUID.HEALTH,
             panel="Metrics errors",
         ),
     ]
@@ -291,7 +292,7 @@ def alerts(config: Config) -> list[Alert]:
                     "recent deploy or traffic change."),
                 action="Shed or shift load, add capacity, or roll back; a slow burn (warning) can wait for working "
                        "hours.",
-                dashboard="vllm-triton-overview",
+                dashboard=DashboardUID.OVERVIEW,
                 panel=f"{slo.name} SLO attainment",
                 extra_labels={"long_window": window.long, "short_window": window.short},
             ))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from backend.errors import ConfigError
+from ..common.errors import ConfigError
 
 
 def check_device(config: dict[str, Any], args: dict[str, str], log: Any, gpu_device_ids: str | None = None) -> None:

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import sys
+import typing
 from pathlib import Path
 from typing import Any
 
-from backend.errors import ConfigError
-from backend.json_config import load_json_object
+from ..common.errors import ConfigError
+from .json_config import load_json_object
 
 ENGINE_ARGS_FILE = "model.json"
 # Keys holding a local path that may be written relative to the model directory.
@@ -42,25 +42,26 @@ def resolve_local_paths(config: dict[str, Any], model_dir: Path) -> dict[str, An
 
 
 def _field_types() -> dict[str, tuple[Any, Any]]:
-    """Each AsyncEngineArgs field's resolved annotation (None when it cannot be resolved) and default."""
-    from vllm.engine.arg_utils import AsyncEngineArgs, EngineArgs
+    """Each AsyncEngineArgs field's resolved annotation and default.
 
-    namespace = vars(sys.modules[EngineArgs.__module__])
-    types: dict[str, tuple[Any, Any]] = {}
-    for field in dataclasses.fields(AsyncEngineArgs):
-        annotation = field.type
-        if isinstance(annotation, str):
-            try:
-                annotation = eval(annotation, namespace)  # noqa: S307 - vLLM's own annotation text
-            except Exception:
-                annotation = None
-        types[field.name] = (annotation, field.default)
-    return types
+    vLLM 0.32 annotates `quantization_config` with a class it imports only for type checkers; it is supplied here.
+    Any other name that cannot be resolved fails the load with this message rather than silently going unchecked
+    (the unit tests resolve every field of the installed vLLM, so an upgrade that breaks this is seen at once).
+    """
+    from vllm.config.quantization import QuantizationConfigArgs
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    try:
+        hints = typing.get_type_hints(AsyncEngineArgs, localns={"QuantizationConfigArgs": QuantizationConfigArgs})
+    except NameError as exc:
+        raise ConfigError(f"cannot read the engine arguments of the installed vLLM ({exc}); this backend version "
+                          "does not support it") from exc
+    return {field.name: (hints[field.name], field.default) for field in dataclasses.fields(AsyncEngineArgs)}
 
 
 def _check_value(key: str, value: Any, annotation: Any, default: Any) -> Any:
     """Validate one value with pydantic's lax mode; return the coerced scalar or the original value."""
-    if annotation is None or (value is None and default is None):
+    if value is None and default is None:
         return value
     from pydantic import TypeAdapter, ValidationError
 

@@ -14,10 +14,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+import time
+import uuid
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from backend.errors import ConfigError
+from ..common.errors import ConfigError
 
 T = TypeVar("T")
 SHUTDOWN_TIMEOUT_S = 60.0
@@ -107,6 +109,46 @@ class EngineRunner:
 
     def call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         return self.submit(coro).result(timeout)
+
+    # -- what the health monitor asks of an engine (health.ports.Engine) ---------------------------------
+    def running(self) -> bool:
+        return self.engine is not None
+
+    def dead_reason(self) -> str | None:
+        engine = self.engine
+        if engine is None or not getattr(engine, "errored", False):
+            return None
+        return str(getattr(engine, "dead_error", "EngineCore died"))
+
+    def start_probe(self, timeout_s: float) -> concurrent.futures.Future[float]:
+        """`is_sleeping` is a round trip through the EngineCore's input and output queues that does no work."""
+        engine = self.engine
+
+        async def probe() -> float:
+            start = time.monotonic()
+            await asyncio.wait_for(engine.is_sleeping(), timeout_s)
+            return time.monotonic() - start
+
+        return self.submit(probe())
+
+    def generate_one_token(self, timeout_s: float) -> None:
+        from vllm import SamplingParams
+
+        engine = self.engine
+        request_id = f"health-probe-{uuid.uuid4().hex}"
+
+        async def generate() -> None:
+            async for _ in engine.generate("health probe", SamplingParams(max_tokens=1), request_id):
+                pass
+
+        async def bounded() -> None:
+            try:
+                await asyncio.wait_for(generate(), timeout_s)
+            except BaseException:
+                await engine.abort(request_id)
+                raise
+
+        self.call(bounded(), timeout=timeout_s + 1)
 
     def shutdown(self) -> None:
         """Shut every engine down — the current one and one still starting — then stop the loop."""

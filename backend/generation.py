@@ -15,12 +15,12 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from backend.engine_runner import EngineRunner
-from backend.errors import EngineUnavailable, InternalError, InvalidRequest, RequestCancelled, RequestError
-from backend.lora import LoraRegistry
-from backend.request_decoding import GenerateRequest, OutputOptions, RequestView, decode_request
-from backend.response_encoding import chunk_from_output
-from backend.response_thread import InflightRequest, Outcome, ResponseThread, TritonIO
+from ..common.errors import EngineUnavailable, InternalError, InvalidRequest, RequestCancelled, RequestError
+from .engine_runner import EngineRunner
+from .lora import LoraRegistry
+from .request_decoding import GenerateRequest, OutputOptions, RequestView, decode_request
+from .response_encoding import chunk_from_output
+from .response_thread import InflightRequest, Outcome, ResponseThread, TritonIO
 
 UNLOADING = "the model is being unloaded; send the request again once it is loaded"
 
@@ -64,6 +64,9 @@ class GenerationService:
             self.responses.send_error(inflight, error)
         except Exception as exc:  # a bug or a library's surprise: this request fails, nothing else does
             self.responses.send_error(inflight, self._internal(inflight, "accepting the request", exc))
+
+    def inflight_count(self) -> int:
+        return len(self.responses.inflight())
 
     def refuse_new_requests(self, error: RequestError | None) -> None:
         """While set, every new request fails fast with this error (the health monitor and unload set it)."""

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from backend.errors import ConfigError
+from ..common.errors import ConfigError
 
 
 def load_json_object(path: Path, what: str) -> dict[str, Any]:

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from backend.errors import ConfigError, InvalidRequest
-from backend.json_config import load_json_object
+from ..common.errors import ConfigError, InvalidRequest
+from .json_config import load_json_object
 
 LORA_FILE = "multi_lora.json"
 

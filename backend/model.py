@@ -16,7 +16,7 @@ from pathlib import Path  # noqa: E402
 
 import triton_python_backend_utils as pb_utils  # noqa: E402
 
-from backend import io_spec  # noqa: E402
+from vllm_triton_observable.backend import io_spec  # noqa: E402
 
 
 class TritonPythonModel:
@@ -25,8 +25,8 @@ class TritonPythonModel:
         return io_spec.complete_config(auto_complete_model_config)
 
     def initialize(self, args):
-        from backend.errors import ConfigError
-        from backend.model_instance import ModelInstance
+        from vllm_triton_observable.backend.model_instance import ModelInstance
+        from vllm_triton_observable.common.errors import ConfigError
 
         try:
             self._instance = ModelInstance(args, Path(pb_utils.get_model_dir()))

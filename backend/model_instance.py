@@ -1,6 +1,8 @@
-"""One Triton model instance: configuration checks, the engine, the service — wired together.
+"""The composition root: one Triton model instance's rooms — backend, metrics, health — wired together.
 
-Imported by model.py inside `initialize()` only (it imports vLLM).
+The only module that imports more than one room (tests/unit/test_architecture.py keeps it so): the health monitor
+gets the engine runner and the generation service through the interfaces it defines (`health.ports`), the metrics
+get plain callbacks. Imported by model.py inside `initialize()` only (it imports vLLM).
 """
 
 from __future__ import annotations
@@ -10,23 +12,25 @@ import json
 from pathlib import Path
 from typing import Any
 
-from backend.device import check_device
-from backend.engine_args import build_engine_args, load_model_json, resolve_local_paths, validate_engine_config
-from backend.engine_runner import EngineRunner
-from backend.errors import ConfigError
-from backend.generation import GenerationService
-from backend.lora import LoraRegistry
-from backend.response_thread import InflightRequest, Outcome
-from backend.server_flags import explicit_model_control, http_url, server_argv
-from backend.settings import PYTHON_BACKEND_KEYS, BackendSettings, check_known_keys, config_parameters
-from backend.triton_io import PbTritonIO, TritonLogger, TritonRequestView
-from backend.unload_watch import UnloadWatch, http_readiness
-from health.families import HealthFamilies
-from health.heartbeat import Heartbeat
-from health.monitor import HealthMonitor
-from health.settings import HealthSettings, Recovery
-from metrics.backend_families import BackendInfo
-from metrics.exporter import MetricsExporter, gate
+from ..common.errors import ConfigError
+from ..common.parameters import check_known_keys, config_parameters
+from ..common.server_flags import explicit_model_control, http_url, server_argv
+from ..common.vocabulary import Outcome
+from ..health.heartbeat import Heartbeat
+from ..health.monitor import HealthMonitor
+from ..health.settings import HealthSettings, Recovery
+from ..metrics.backend_families import BackendInfo
+from ..metrics.exporter import MetricsExporter, gate
+from ..metrics.health_families import HealthFamilies
+from .device import check_device
+from .engine_args import build_engine_args, load_model_json, resolve_local_paths, validate_engine_config
+from .engine_runner import EngineRunner
+from .generation import GenerationService
+from .lora import LoraRegistry
+from .response_thread import InflightRequest
+from .settings import PYTHON_BACKEND_KEYS, BackendSettings
+from .triton_io import PbTritonIO, TritonLogger, TritonRequestView
+from .unload_watch import UnloadWatch, http_readiness
 
 
 class ModelInstance:
@@ -66,7 +70,7 @@ class ModelInstance:
         self.monitor = self._health_monitor(args["model_name"], explicit) if self.health_settings.enabled else None
         self.unload_watch = self._unload_watch(args)
         if self.metrics is not None:
-            self.metrics.start(self._info(), lambda: len(self.service.responses.inflight()))
+            self.metrics.start(self._info(), self.service.inflight_count)
         if self.monitor is not None:
             self.monitor.start()
         if self.unload_watch is not None:
@@ -92,8 +96,8 @@ class ModelInstance:
 
         families = HealthFamilies(self.metrics.registry) if self.metrics else None
         unload = (lambda: pb_utils.unload_model(model_name)) if explicit else None
-        return HealthMonitor(self.health_settings, model_name, self.runner, self.service, self.heartbeat,
-                             self.log, families, unload)
+        return HealthMonitor(self.health_settings, model_name, engine=self.runner, requests=self.service,
+                             heartbeat=self.heartbeat, log=self.log, report=families, unload=unload)
 
     def _unload_watch(self, args: dict[str, str]) -> UnloadWatch | None:
         base = http_url(server_argv())
@@ -107,14 +111,14 @@ class ModelInstance:
     def _info(self) -> BackendInfo:
         import vllm
 
-        from backend import __version__
+        from .. import __version__
 
         return BackendInfo(vllm.__version__, __version__, self.metrics is not None,
                            self.health_settings.enabled)
 
     def _finished(self, _request: InflightRequest, outcome: Outcome) -> None:
         if self.metrics is not None:
-            self.metrics.request_finished(outcome.value)
+            self.metrics.request_finished(outcome)
 
     def execute(self, requests: list[Any]) -> None:
         """Hand each request to the service, which answers every one itself; nothing may raise out of here."""

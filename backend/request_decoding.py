@@ -14,8 +14,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from backend.errors import InvalidRequest
-from backend.sampling import SamplingRequest, build_sampling, parse_parameters_json
+from ..common.errors import InvalidRequest
+from .sampling import SamplingRequest, build_sampling, parse_parameters_json
 
 
 class RequestView(Protocol):

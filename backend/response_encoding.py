@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from backend.request_decoding import OutputOptions
+from .request_decoding import OutputOptions
 
 UNFINISHED = "None"  # what the official backend sends (str(None)) while a completion is unfinished
 

@@ -8,7 +8,6 @@ client cancellation, and tracks which requests are still in flight.
 
 from __future__ import annotations
 
-import enum
 import queue
 import threading
 import time
@@ -16,18 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from backend.errors import ErrorCode, InternalError, RequestCancelled, RequestError
-from backend.request_decoding import OutputOptions
-from backend.response_encoding import ResponseChunk
-
-
-class Outcome(enum.Enum):
-    """How a request ended (the `outcome` label of vllm_triton_requests_finished_total)."""
-
-    COMPLETED = "completed"
-    CANCELLED = "cancelled"
-    REJECTED = "rejected"
-    FAILED = "failed"
+from ..common.errors import ErrorCode, InternalError, RequestCancelled, RequestError
+from ..common.vocabulary import Outcome
+from .request_decoding import OutputOptions
+from .response_encoding import ResponseChunk
 
 
 def outcome_of(error: RequestError) -> Outcome:

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from backend.errors import InvalidRequest
+from ..common.errors import InvalidRequest
 
 # SamplingParams fields a client must not set: the backend owns how outputs are delivered.
 _BACKEND_OWNED = frozenset({"output_kind", "skip_clone", "output_text_buffer_length"})

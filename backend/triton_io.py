@@ -7,9 +7,9 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from backend.errors import RequestError
-from backend.request_decoding import OutputOptions
-from backend.response_encoding import ResponseChunk, encode_chunk
+from ..common.errors import RequestError
+from .request_decoding import OutputOptions
+from .response_encoding import ResponseChunk, encode_chunk
 
 
 class TritonRequestView:

@@ -18,8 +18,8 @@ from typing import Any
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 
 from dashboards import health, latency, overview, saturation, server
-from dashboards.config import DEFAULT, Config
-from dashboards.generated_files import write_or_check
+from observability.config import DEFAULT, Config
+from observability.generated_files import write_or_check
 
 HERE = Path(__file__).resolve().parent
 GENERATED = HERE / "generated"

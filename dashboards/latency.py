@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders.dashboard import Dashboard
 
-from dashboards.config import Config
 from dashboards.layout import dashboard, row
 from dashboards.panels import graph, heatmap
-from dashboards.promql import VLLM, mean, quantile, sum_rate
+from observability.config import Config, DashboardUID
+from observability.promql import VLLM, mean, quantile, sum_rate
+from vllm_triton_observable.metrics import names
 
-UID = "vllm-triton-latency"
-PHASES = (("queue", "vllm:request_queue_time_seconds"), ("prefill", "vllm:request_prefill_time_seconds"),
-          ("decode", "vllm:request_decode_time_seconds"), ("inference", "vllm:request_inference_time_seconds"))
+UID = DashboardUID.LATENCY
+PHASES = (("queue", names.VLLM_QUEUE_TIME), ("prefill", names.VLLM_PREFILL_TIME),
+          ("decode", names.VLLM_DECODE_TIME), ("inference", names.VLLM_INFERENCE_TIME))
 
 
 def distribution(title: str, histogram: str, what: str) -> object:
@@ -23,9 +24,9 @@ def build(config: Config, slo_buckets: dict[str, tuple[float, ...]]) -> Dashboar
     board = dashboard(UID, "vLLM on Triton / Latency", "Where request time goes (generated).", config, slo_buckets)
     return (
         board.with_row(row("Distributions"))
-        .with_panel(distribution("Time to first token", "vllm:time_to_first_token_seconds", "time to first token"))
-        .with_panel(distribution("Inter-token latency", "vllm:inter_token_latency_seconds", "inter-token latency"))
-        .with_panel(distribution("End-to-end latency", "vllm:e2e_request_latency_seconds", "end-to-end latency"))
+        .with_panel(distribution("Time to first token", names.VLLM_TTFT, "time to first token"))
+        .with_panel(distribution("Inter-token latency", names.VLLM_INTER_TOKEN_LATENCY, "inter-token latency"))
+        .with_panel(distribution("End-to-end latency", names.VLLM_E2E_LATENCY, "end-to-end latency"))
         .with_row(row("Breakdown"))
         .with_panel(graph("Mean time per phase", "Mean seconds a request spends waiting in the queue, in "
                           "prefill, in decode, and in the engine overall (inference = prefill + decode).", "s",
@@ -34,13 +35,13 @@ def build(config: Config, slo_buckets: dict[str, tuple[float, ...]]) -> Dashboar
                           *((quantile(0.95, h, VLLM), phase) for phase, h in PHASES), span=12))
         .with_panel(graph("Time per output token (per request)", "p50 and p95 of each finished request's mean "
                           "time per output token.", "s",
-                          (quantile(0.5, "vllm:request_time_per_output_token_seconds", VLLM), "p50"),
-                          (quantile(0.95, "vllm:request_time_per_output_token_seconds", VLLM), "p95"), span=12))
+                          (quantile(0.5, names.VLLM_TIME_PER_OUTPUT_TOKEN, VLLM), "p50"),
+                          (quantile(0.95, names.VLLM_TIME_PER_OUTPUT_TOKEN, VLLM), "p95"), span=12))
         .with_row(row("Per model"))
         .with_panel(graph("TTFT p95 by model", "95th percentile time to first token for each model.", "s",
-                          (quantile(0.95, "vllm:time_to_first_token_seconds", VLLM, "model"), "{{model}}"), span=8))
+                          (quantile(0.95, names.VLLM_TTFT, VLLM, "model"), "{{model}}"), span=8))
         .with_panel(graph("Inter-token p95 by model", "95th percentile inter-token latency for each model.", "s",
-                          (quantile(0.95, "vllm:inter_token_latency_seconds", VLLM, "model"), "{{model}}"), span=8))
+                          (quantile(0.95, names.VLLM_INTER_TOKEN_LATENCY, VLLM, "model"), "{{model}}"), span=8))
         .with_panel(graph("End-to-end p95 by model", "95th percentile request latency for each model.", "s",
-                          (quantile(0.95, "vllm:e2e_request_latency_seconds", VLLM, "model"), "{{model}}"), span=8))
+                          (quantile(0.95, names.VLLM_E2E_LATENCY, VLLM, "model"), "{{model}}"), span=8))
     )

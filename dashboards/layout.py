@@ -5,9 +5,10 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders.dashboard import CustomVariable, Dashboard, DatasourceVariable, QueryVariable, Row
 from grafana_foundation_sdk.models.dashboard import DashboardCursorSync, VariableOption, VariableRefresh, VariableSort
 
-from dashboards.config import Config
 from dashboards.panels import DATASOURCE
-from metrics.registry import le_label
+from observability.config import Config
+from vllm_triton_observable.metrics import names
+from vllm_triton_observable.metrics.registry import le_label
 
 TAGS = ["vllm", "triton", "llm", "generated"]
 
@@ -31,14 +32,14 @@ def dashboard(uid: str, title: str, description: str, config: Config, slo_bucket
     board = (Dashboard(title).uid(uid).description(description).tags(TAGS).refresh("30s")
              .time("now-1h", "now").tooltip(DashboardCursorSync.CROSSHAIR)
              .with_variable(DatasourceVariable("datasource").label("Data source").type("prometheus"))
-             .with_variable(_label_variable("job", "job", "label_values(nv_inference_request_success, job)"))
+             .with_variable(_label_variable("job", "job", f"label_values({names.TRITON_SUCCESS}, job)"))
              .with_variable(_label_variable("instance", "instance",
-                                            'label_values(nv_inference_request_success{job=~"$job"}, instance)'))
+                                            f'label_values({names.TRITON_SUCCESS}{{job=~"$job"}}, instance)'))
              .with_variable(_label_variable(
-                 "model", "model", 'label_values(nv_inference_request_success{job=~"$job", instance=~"$instance"}, '
+                 "model", "model", f'label_values({names.TRITON_SUCCESS}{{job=~"$job", instance=~"$instance"}}, '
                                    "model)"))
              .with_variable(_label_variable(
-                 "engine", "engine", 'label_values(vllm:num_requests_running{job=~"$job", instance=~"$instance", '
+                 "engine", "engine", f'label_values({names.VLLM_RUNNING}{{job=~"$job", instance=~"$instance", '
                                      'model=~"$model"}, engine)')))
     for slo in config.slos:
         board = board.with_variable(_slo_variable(f"slo_{slo.name.lower()}", f"{slo.name} SLO (s)",

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders.dashboard import Dashboard
 
-from dashboards.config import Config, LatencySLO
 from dashboards.layout import dashboard, row
 from dashboards.panels import graph, single
-from dashboards.promql import TRITON, VLLM, attainment, error_ratio, quantile, sel, sum_rate
+from observability.config import Config, DashboardUID, LatencySLO
+from observability.promql import TRITON, VLLM, attainment, error_ratio, quantile, sel, sum_rate
+from vllm_triton_observable.metrics import names
 
-UID = "vllm-triton-overview"
+UID = DashboardUID.OVERVIEW
 GOOD_RATIO = [(None, "red"), (0.9, "orange"), (0.99, "green")]
 
 
@@ -32,27 +33,27 @@ def build(config: Config, slo_buckets: dict[str, tuple[float, ...]]) -> Dashboar
     board = (
         board.with_row(row("Traffic"))
         .with_panel(single("Requests/s", "Finished requests per second (vLLM's request_success).", "reqps",
-                           sum_rate("vllm:request_success_total", VLLM)))
+                           sum_rate(names.VLLM_REQUEST_SUCCESS, VLLM)))
         .with_panel(single("Error ratio", "Failed over finished requests: vLLM finished_reason=\"error\" plus "
-                           "Triton's nv_inference_request_failure (cancellations excluded).", "percentunit",
+                           f"Triton's {names.TRITON_FAILURE} (cancellations excluded).", "percentunit",
                            error_ratio(VLLM, TRITON),
                            thresholds=[(None, "green"), (config.error_ratio_warning, "orange"),
                                        (config.error_ratio_critical, "red")]))
         .with_panel(single("Engine health", "1 when every selected engine serves requests "
-                           "(vllm_triton_engine_healthy, health monitor on), 0 when one is unhealthy.", "none",
-                           f"min({sel('vllm_triton_engine_healthy', TRITON)})",
+                           f"({names.ENGINE_HEALTHY}, health monitor on), 0 when one is unhealthy.", "none",
+                           f"min({sel(names.ENGINE_HEALTHY, TRITON)})",
                            thresholds=[(None, "red"), (1, "green")]))
         .with_panel(graph("Requests by finish reason", "Finished requests per second by vLLM's finish reason.",
-                          "reqps", (sum_rate("vllm:request_success_total", VLLM, "finished_reason"),
+                          "reqps", (sum_rate(names.VLLM_REQUEST_SUCCESS, VLLM, "finished_reason"),
                                     "{{finished_reason}}"), span=12))
         .with_panel(graph("Tokens/s", "Prompt (input) and generated (output) tokens per second.", "short",
-                          (sum_rate("vllm:prompt_tokens_total", VLLM), "input"),
-                          (sum_rate("vllm:generation_tokens_total", VLLM), "output"), span=12))
+                          (sum_rate(names.VLLM_PROMPT_TOKENS, VLLM), "input"),
+                          (sum_rate(names.VLLM_GENERATION_TOKENS, VLLM), "output"), span=12))
         .with_row(row("Latency"))
-        .with_panel(latency_panel("Time to first token", "vllm:time_to_first_token_seconds", "Time to first token"))
-        .with_panel(latency_panel("Inter-token latency", "vllm:inter_token_latency_seconds",
+        .with_panel(latency_panel("Time to first token", names.VLLM_TTFT, "Time to first token"))
+        .with_panel(latency_panel("Inter-token latency", names.VLLM_INTER_TOKEN_LATENCY,
                                   "Time between consecutive output tokens"))
-        .with_panel(latency_panel("End-to-end latency", "vllm:e2e_request_latency_seconds",
+        .with_panel(latency_panel("End-to-end latency", names.VLLM_E2E_LATENCY,
                                   "Request latency from arrival to last token"))
     )
     for slo in config.slos:
@@ -61,11 +62,11 @@ def build(config: Config, slo_buckets: dict[str, tuple[float, ...]]) -> Dashboar
         board.with_row(row("Load"))
         .with_panel(graph("Running and waiting requests", "Requests in the engine's running batch and in its "
                           "waiting queue (vLLM gauges, summed over engines).", "short",
-                          (f"sum({sel('vllm:num_requests_running', VLLM)})", "running"),
-                          (f"sum({sel('vllm:num_requests_waiting', VLLM)})", "waiting")))
+                          (f"sum({sel(names.VLLM_RUNNING, VLLM)})", "running"),
+                          (f"sum({sel(names.VLLM_WAITING, VLLM)})", "waiting")))
         .with_panel(graph("KV-cache usage", "Fraction of the KV cache in use, per model instance and engine.",
                           "percentunit", (f"max by (model, model_instance, engine) "
-                                          f"({sel('vllm:kv_cache_usage_perc', VLLM)})",
+                                          f"({sel(names.VLLM_KV_CACHE_USAGE, VLLM)})",
                                           "{{model_instance}} engine {{engine}}"),
                           thresholds=[(None, "green"), (config.kv_cache_warning, "orange"),
                                       (config.kv_cache_critical, "red")]))

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders.dashboard import Dashboard
 
-from dashboards.config import Config
 from dashboards.layout import dashboard, row
 from dashboards.panels import graph
-from dashboards.promql import VLLM, mean, quantile, ratio, sel, sum_rate
+from observability.config import Config, DashboardUID
+from observability.promql import VLLM, mean, quantile, ratio, sel, sum_rate
+from vllm_triton_observable.metrics import names
 
-UID = "vllm-triton-saturation"
+UID = DashboardUID.SATURATION
 
 
 def build(config: Config, slo_buckets: dict[str, tuple[float, ...]]) -> Dashboard:
     board = dashboard(UID, "vLLM on Triton / Saturation and cache", "How full the engines are (generated).",
                       config, slo_buckets)
-    kv = sel("vllm:kv_cache_usage_perc", VLLM)
+    kv = sel(names.VLLM_KV_CACHE_USAGE, VLLM)
     return (
         board.with_row(row("KV cache and scheduling"))
         .with_panel(graph("KV-cache usage (max and mean)", "Highest and mean KV-cache usage over the selected "
@@ -24,24 +25,24 @@ def build(config: Config, slo_buckets: dict[str, tuple[float, ...]]) -> Dashboar
                           thresholds=[(None, "green"), (config.kv_cache_warning, "orange"),
                                       (config.kv_cache_critical, "red")]))
         .with_panel(graph("Preemptions/s", "Requests preempted by the scheduler per second (KV cache exhausted).",
-                          "short", (sum_rate("vllm:num_preemptions_total", VLLM, "model"), "{{model}}")))
+                          "short", (sum_rate(names.VLLM_PREEMPTIONS, VLLM, "model"), "{{model}}")))
         .with_panel(graph("Waiting requests by reason", "Requests waiting for capacity or deferred, per reason.",
-                          "short", (f"sum by (reason) ({sel('vllm:num_requests_waiting_by_reason', VLLM)})",
+                          "short", (f"sum by (reason) ({sel(names.VLLM_WAITING_BY_REASON, VLLM)})",
                                     "{{reason}}")))
         .with_panel(graph("Tokens per engine step", "Tokens processed per engine step (prefill + decode): mean "
                           "and p95; the batch size the engine achieves.", "short",
-                          (mean("vllm:iteration_tokens_total", VLLM), "mean"),
-                          (quantile(0.95, "vllm:iteration_tokens_total", VLLM), "p95")))
+                          (mean(names.VLLM_ITERATION_TOKENS, VLLM), "mean"),
+                          (quantile(0.95, names.VLLM_ITERATION_TOKENS, VLLM), "p95")))
         .with_row(row("Caching"))
         .with_panel(graph("Prefix-cache hit ratio", "Prompt tokens found in the prefix cache over prompt tokens "
                           "looked up.", "percentunit",
-                          (ratio(sum_rate("vllm:prefix_cache_hits_total", VLLM),
-                                 sum_rate("vllm:prefix_cache_queries_total", VLLM)), "hit ratio")))
+                          (ratio(sum_rate(names.VLLM_PREFIX_CACHE_HITS, VLLM),
+                                 sum_rate(names.VLLM_PREFIX_CACHE_QUERIES, VLLM)), "hit ratio")))
         .with_panel(graph("Cached prompt tokens by source", "Prompt tokens per second served from a cache, by "
                           "cache tier.", "short",
-                          (sum_rate("vllm:prompt_tokens_cached_by_source_total", VLLM, "source"), "{{source}}")))
+                          (sum_rate(names.VLLM_PROMPT_TOKENS_CACHED_BY_SOURCE, VLLM, "source"), "{{source}}")))
         .with_panel(graph("Prompt tokens by source", "Prompt tokens per second computed locally, hit in the local "
                           "cache, or transferred from an external KV store.", "short",
-                          (sum_rate("vllm:prompt_tokens_by_source_total", VLLM, "source"), "{{source}}"),
+                          (sum_rate(names.VLLM_PROMPT_TOKENS_BY_SOURCE, VLLM, "source"), "{{source}}"),
                           span=24))
     )

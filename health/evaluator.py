@@ -2,16 +2,10 @@
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 
-from health.settings import HealthSettings
-
-
-class State(enum.Enum):
-    HEALTHY = "healthy"
-    DEGRADED = "degraded"  # answers, but slowly or after a failed probe
-    UNHEALTHY = "unhealthy"  # dead, hung or not answering: requests are refused
+from ..common.vocabulary import HealthState
+from .settings import HealthSettings
 
 
 @dataclass(frozen=True)
@@ -27,14 +21,14 @@ class Observation:
 
 @dataclass(frozen=True)
 class Transition:
-    state: State
+    state: HealthState
     cause: str
 
 
 class HealthEvaluator:
     def __init__(self, settings: HealthSettings) -> None:
         self.settings = settings
-        self.state = State.HEALTHY
+        self.state = HealthState.HEALTHY
         self.cause = "engine started"
         self.consecutive_failures = 0
         self.dead = False
@@ -52,37 +46,37 @@ class HealthEvaluator:
             return None
         if obs.dead is not None:
             self.dead = True
-            return self._move(State.UNHEALTHY, f"the engine is dead: {obs.dead}")
+            return self._move(HealthState.UNHEALTHY, f"the engine is dead: {obs.dead}")
         stalled = self.stalled_for(obs)
         if stalled > self.settings.stall_timeout_s:
-            return self._move(State.UNHEALTHY, f"no engine progress for {stalled:.1f} s with {obs.inflight} "
-                                               f"request(s) in flight (HEALTH_STALL_TIMEOUT_S="
-                                               f"{self.settings.stall_timeout_s:g})")
+            return self._move(HealthState.UNHEALTHY, f"no engine progress for {stalled:.1f} s with {obs.inflight} "
+                                                     f"request(s) in flight (HEALTH_STALL_TIMEOUT_S="
+                                                     f"{self.settings.stall_timeout_s:g})")
         if obs.probe_error is not None:
             self.consecutive_failures += 1
             if self.consecutive_failures >= self.settings.failure_threshold:
-                return self._move(State.UNHEALTHY, f"{self.consecutive_failures} consecutive engine probes "
-                                                   f"failed, last: {obs.probe_error}")
-            if self.state is State.HEALTHY:
-                return self._move(State.DEGRADED, f"engine probe failed: {obs.probe_error}")
+                return self._move(HealthState.UNHEALTHY, f"{self.consecutive_failures} consecutive engine probes "
+                                                         f"failed, last: {obs.probe_error}")
+            if self.state is HealthState.HEALTHY:
+                return self._move(HealthState.DEGRADED, f"engine probe failed: {obs.probe_error}")
             return None
         if obs.probe_latency is not None:
             self.consecutive_failures = 0
-            if self.state is State.UNHEALTHY:
+            if self.state is HealthState.UNHEALTHY:
                 return None  # leaving UNHEALTHY takes a real generation (see HealthMonitor), not a probe
             if obs.probe_latency > self.settings.degraded_probe_s:
-                return self._move(State.DEGRADED, f"engine probe took {obs.probe_latency:.2f} s "
-                                                  f"(HEALTH_DEGRADED_PROBE_S={self.settings.degraded_probe_s:g})")
-            return self._move(State.HEALTHY, f"engine probe answered in {obs.probe_latency * 1000:.0f} ms")
+                return self._move(HealthState.DEGRADED, f"engine probe took {obs.probe_latency:.2f} s "
+                                                        f"(HEALTH_DEGRADED_PROBE_S={self.settings.degraded_probe_s:g})")
+            return self._move(HealthState.HEALTHY, f"engine probe answered in {obs.probe_latency * 1000:.0f} ms")
         return None
 
     def recovered(self, cause: str) -> Transition | None:
         """The engine served a real request again (after SIGCONT, say) or was replaced."""
         self.dead = False
         self.consecutive_failures = 0
-        return self._move(State.HEALTHY, cause)
+        return self._move(HealthState.HEALTHY, cause)
 
-    def _move(self, state: State, cause: str) -> Transition | None:
+    def _move(self, state: HealthState, cause: str) -> Transition | None:
         if state is self.state:
             return None
         self.state, self.cause = state, cause

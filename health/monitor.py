@@ -8,21 +8,18 @@ death and stalls are still checked every tick.
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
-from backend.engine_runner import EngineRunner
-from backend.errors import EngineUnavailable
-from backend.generation import GenerationService
-from health.evaluator import HealthEvaluator, Observation, State, Transition
-from health.families import HealthFamilies
-from health.heartbeat import Heartbeat
-from health.settings import HealthSettings, Recovery
+from ..common.errors import EngineUnavailable
+from ..common.vocabulary import HealthState
+from .evaluator import HealthEvaluator, Observation, Transition
+from .heartbeat import Heartbeat
+from .ports import Engine, Report, Requests
+from .settings import HealthSettings, Recovery
 
 TICK_S = 0.25
 
@@ -32,21 +29,21 @@ class HealthMonitor:
         self,
         settings: HealthSettings,
         model_name: str,
-        runner: EngineRunner,
-        service: GenerationService,
+        engine: Engine,
+        requests: Requests,
         heartbeat: Heartbeat,
         log: Any,
-        families: HealthFamilies | None = None,
+        report: Report | None = None,
         unload: Callable[[], None] | None = None,
     ) -> None:
         self.settings = settings
         self.evaluator = HealthEvaluator(settings)
         self._model = model_name
-        self._runner = runner
-        self._service = service
+        self._engine = engine
+        self._requests = requests
         self._heartbeat = heartbeat
         self._log = log
-        self._families = families
+        self._report = report
         self._unload = unload
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="vllm-health", daemon=True)
@@ -77,34 +74,28 @@ class HealthMonitor:
 
     def tick(self) -> None:
         now = time.monotonic()
-        inflight = len(self._service.responses.inflight())
+        inflight = self._requests.inflight_count()
         if inflight and not self._was_busy:
             self._busy_since = now
         self._was_busy = inflight > 0
         latency, error = self._probe_result(now)
-        observation = Observation(now=now, dead=self._dead_reason(), inflight=inflight,
+        observation = Observation(now=now, dead=self._engine.dead_reason(), inflight=inflight,
                                   last_step=self._heartbeat.last_step, busy_since=self._busy_since,
                                   probe_latency=latency, probe_error=error)
-        if latency is not None and self._families is not None:
-            self._families.probe_latency.observe(latency)
+        if latency is not None and self._report is not None:
+            self._report.probe_latency(latency)
         transition = self.evaluator.evaluate(observation)
         if transition is not None:
             self._on_transition(transition)
-        elif self.evaluator.state is State.UNHEALTHY and not self._finished:
+        elif self.evaluator.state is HealthState.UNHEALTHY and not self._finished:
             self._try_to_recover()
         self._publish(observation)
-
-    def _dead_reason(self) -> str | None:
-        engine = self._runner.engine
-        if engine is None or not getattr(engine, "errored", False):
-            return None
-        return str(getattr(engine, "dead_error", "EngineCore died"))
 
     def _probe_result(self, now: float) -> tuple[float | None, str | None]:
         """Start a probe when due; report one that finished or timed out."""
         if self._probe is None:
-            if now >= self._next_probe and self._runner.engine is not None and not self._finished:
-                self._probe = (now, self._runner.submit(self._probe_engine()))
+            if now >= self._next_probe and self._engine.running() and not self._finished:
+                self._probe = (now, self._engine.start_probe(self.settings.probe_timeout_s))
             return None, None
         started, future = self._probe
         if future.done():
@@ -121,21 +112,16 @@ class HealthMonitor:
             return None, f"no answer within {self.settings.probe_timeout_s:g} s (HEALTH_PROBE_TIMEOUT_S)"
         return None, None
 
-    async def _probe_engine(self) -> float:
-        start = time.monotonic()
-        await asyncio.wait_for(self._runner.engine.is_sleeping(), self.settings.probe_timeout_s)
-        return time.monotonic() - start
-
     # -- transitions and recovery -----------------------------------------------------------------
     def _on_transition(self, transition: Transition) -> None:
-        log = self._log.error if transition.state is State.UNHEALTHY else self._log.warn if (
-            transition.state is State.DEGRADED) else self._log.info
+        log = self._log.error if transition.state is HealthState.UNHEALTHY else self._log.warn if (
+            transition.state is HealthState.DEGRADED) else self._log.info
         log(f"engine health: {transition.state.value} — {transition.cause}")
-        if transition.state is not State.UNHEALTHY:
+        if transition.state is not HealthState.UNHEALTHY:
             return
         error = EngineUnavailable(f"model {self._model} is unavailable: {transition.cause}")
-        self._service.refuse_new_requests(error)
-        self._service.fail_inflight(error)
+        self._requests.refuse_new_requests(error)
+        self._requests.fail_inflight(error)
         self._publish(None)
         if self.settings.recovery is Recovery.UNLOAD:
             self._unload_model()
@@ -148,30 +134,14 @@ class HealthMonitor:
             return
         self._next_probe = time.monotonic() + self.settings.check_interval_s
         try:
-            self._runner.call(self._generate_one_token(), timeout=self.settings.probe_timeout_s + 1)
+            self._engine.generate_one_token(self.settings.probe_timeout_s)
         except Exception:
             return
         self._recovered("the engine generates again")
 
-    async def _generate_one_token(self) -> None:
-        from vllm import SamplingParams
-
-        engine = self._runner.engine
-        request_id = f"health-probe-{uuid.uuid4().hex}"
-
-        async def generate() -> None:
-            async for _ in engine.generate("health probe", SamplingParams(max_tokens=1), request_id):
-                pass
-
-        try:
-            await asyncio.wait_for(generate(), self.settings.probe_timeout_s)
-        except BaseException:
-            await engine.abort(request_id)
-            raise
-
     def _recovered(self, cause: str) -> None:
         transition = self.evaluator.recovered(cause)
-        self._service.refuse_new_requests(None)
+        self._requests.refuse_new_requests(None)
         if transition is not None:
             self._on_transition(transition)
 
@@ -183,14 +153,14 @@ class HealthMonitor:
             if self._stop.wait(wait):
                 return
             try:
-                self._runner.restart()
+                self._engine.restart()
             except Exception as exc:
                 self._log.error(f"engine restart attempt {attempt} failed: {type(exc).__name__}: {exc}")
                 continue
             self._probe = None
             self._heartbeat.last_step = None
-            if self._families is not None:
-                self._families.restarts.inc()
+            if self._report is not None:
+                self._report.restarted()
             self._recovered(f"engine restarted in place (attempt {attempt})")
             return
         if self._unload is not None:
@@ -209,7 +179,7 @@ class HealthMonitor:
         threading.Thread(target=self._unload, name="vllm-unload", daemon=True).start()
 
     def _publish(self, observation: Observation | None) -> None:
-        if self._families is None:
+        if self._report is None:
             return
         stalled = self.evaluator.stalled_for(observation) if observation is not None else 0.0
-        self._families.update(self.evaluator.state, self.evaluator.consecutive_failures, stalled)
+        self._report.update(self.evaluator.state, self.evaluator.consecutive_failures, stalled)

@@ -6,8 +6,8 @@ import enum
 from dataclasses import dataclass, fields
 from typing import Any
 
-from backend.errors import ConfigError
-from backend.settings import config_parameters, parse_bool, parse_positive
+from ..common.errors import ConfigError
+from ..common.parameters import config_parameters, parse_bool, parse_positive
 
 
 class Recovery(enum.Enum):

@@ -1,8 +1,13 @@
 """vLLM's metrics (and the backend's own) published as Triton custom metrics on :8002/metrics.
 
-    local.py          prometheus_client-compatible metric classes that only accumulate in memory
-    stat_logger.py    vLLM's PrometheusStatLogger with its metric classes swapped for the local ones
-    publisher.py      the thread that pushes accumulated updates to Triton (`pb_utils.MetricFamily`)
-    backend_families.py  the backend's own `vllm_triton_*` families
-    catalogue.py      the list of families for a vLLM configuration (docs, dashboards, alerts, tests)
+    names.py            every metric and label name the project refers to
+    registry.py         a private prometheus_client registry per model instance, and the family specs
+    stat_logger.py      vLLM's PrometheusStatLogger bound to that registry, every call guarded
+    errors.py           failures inside the metrics path, counted and logged once per kind
+    publisher.py        the thread that sends changes to Triton (`pb_utils.MetricFamily`) once a second
+    backend_families.py, health_families.py   the backend's own `vllm_triton_*` families
+    exporter.py         the gating decision and the above wired for one instance
+    catalogue.py        every family, derived from the installed vLLM (docs, dashboards, alerts, tests)
+
+Imports only `common`: the composition root hands it callbacks.
 """

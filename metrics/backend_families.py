@@ -6,10 +6,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from metrics.registry import InstanceRegistry, Kind
+from ..common.vocabulary import Outcome
+from . import names
+from .registry import InstanceRegistry, Kind
 
-OUTCOMES = ("completed", "cancelled", "rejected", "failed")
-INFO_NAME = "vllm_triton_info"
 INFO_HELP = "Backend build and switches; always 1."
 
 
@@ -29,21 +29,21 @@ class BackendFamilies:
         gauge, counter = classes[Kind.GAUGE], classes[Kind.COUNTER]
         self._registry = registry
         self._inflight_count = inflight_count
-        gauge(INFO_NAME, INFO_HELP,
+        gauge(names.INFO, INFO_HELP,
               labelnames=["vllm_version", "backend_version", "metrics_enabled", "health_check_enabled"]).labels(
             info.vllm_version, info.backend_version, str(info.metrics_enabled).lower(),
             str(info.health_check_enabled).lower()).set(1)
-        self.inflight = gauge("vllm_triton_requests_in_flight",
+        self.inflight = gauge(names.REQUESTS_IN_FLIGHT,
                               "Requests accepted by this model instance and not yet answered with a final response.")
-        finished = counter("vllm_triton_requests_finished",
+        finished = counter(names.REQUESTS_FINISHED,
                            "Requests answered with a final response, by outcome: completed, cancelled (by the "
                            "client), rejected (bad input), failed (engine or internal error).",
-                           labelnames=["outcome"])
-        self.finished = {outcome: finished.labels(outcome) for outcome in OUTCOMES}
-        self.since_record = gauge("vllm_triton_metrics_seconds_since_last_record",
+                           labelnames=[names.OUTCOME])
+        self.finished = {outcome: finished.labels(outcome.value) for outcome in Outcome}
+        self.since_record = gauge(names.SECONDS_SINCE_LAST_RECORD,
                                   "Seconds since vLLM last reported engine stats (grows while the engine is idle).")
 
-    def request_finished(self, outcome: str) -> None:
+    def request_finished(self, outcome: Outcome) -> None:
         self.finished[outcome].inc()
 
     def refresh(self) -> None:

@@ -10,18 +10,18 @@ import threading
 import traceback
 from collections.abc import Callable
 
-from metrics.registry import InstanceRegistry, Kind
+from . import names
+from .registry import InstanceRegistry, Kind
 
 STAGES = ("record", "publish")
-ERRORS_NAME = "vllm_triton_metrics_errors"
 
 
 class MetricErrors:
     def __init__(self, registry: InstanceRegistry, log_error: Callable[[str], None]) -> None:
         counter = registry.classes()[Kind.COUNTER](
-            ERRORS_NAME, "Failures inside the metrics path, by stage: record (vLLM's stat logger) or publish "
+            names.METRICS_ERRORS, "Failures inside the metrics path, by stage: record (vLLM's stat logger) or publish "
             "(sending to Triton). The engine keeps serving; some metric values may be missing.",
-            labelnames=["stage"])
+            labelnames=[names.STAGE])
         self._counts = {stage: counter.labels(stage) for stage in STAGES}
         self._log_error = log_error
         self._logged: set[tuple[str, str]] = set()
@@ -36,5 +36,5 @@ class MetricErrors:
                 return
             self._logged.add(key)
         detail = "".join(traceback.format_exception(exc)).rstrip()
-        self._log_error(f"metrics {stage} failed; the engine keeps serving. Counted in {ERRORS_NAME}_total"
+        self._log_error(f"metrics {stage} failed; the engine keeps serving. Counted in {names.METRICS_ERRORS}"
                         f"{{stage=\"{stage}\"}}; further errors of this kind ({key[1]}) are not logged.\n{detail}")

@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from backend.server_flags import metrics_allowed, server_argv
-from metrics.backend_families import INFO_HELP, INFO_NAME, BackendFamilies, BackendInfo
-from metrics.errors import MetricErrors
-from metrics.publisher import TritonPublisher
-from metrics.registry import InstanceRegistry
-from metrics.stat_logger import stat_logger_class
+from ..common.server_flags import metrics_allowed, server_argv
+from ..common.vocabulary import Outcome
+from . import names
+from .backend_families import INFO_HELP, BackendFamilies, BackendInfo
+from .errors import MetricErrors
+from .publisher import TritonPublisher
+from .registry import InstanceRegistry
+from .stat_logger import stat_logger_class
 
 PUBLISH_INTERVAL_S = 1.0
 
@@ -49,7 +51,7 @@ class MetricsExporter:
         if not metrics_allowed(server_argv()):
             return False
         try:
-            pb_utils.MetricFamily(name=INFO_NAME, description=INFO_HELP, kind=pb_utils.MetricFamily.GAUGE)
+            pb_utils.MetricFamily(name=names.INFO, description=INFO_HELP, kind=pb_utils.MetricFamily.GAUGE)
         except Exception as exc:
             if "metrics not supported" in str(exc).lower():
                 return False
@@ -66,7 +68,7 @@ class MetricsExporter:
         self._publisher.flush()  # every family is on /metrics by the time the model is READY
         self._publisher.start()
 
-    def request_finished(self, outcome: str) -> None:
+    def request_finished(self, outcome: Outcome) -> None:
         if self.families is not None:
             self.families.request_finished(outcome)
 

@@ -23,8 +23,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from metrics.errors import MetricErrors
-from metrics.registry import InstanceRegistry, Kind
+from .errors import MetricErrors
+from .registry import InstanceRegistry, Kind
 
 _SeriesKey = tuple[str, tuple[tuple[str, str], ...]]
 

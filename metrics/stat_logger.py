@@ -14,8 +14,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from metrics.errors import MetricErrors
-from metrics.registry import InstanceRegistry, Kind
+from .errors import MetricErrors
+from .registry import InstanceRegistry, Kind
 
 # PrometheusStatLogger attributes naming helper classes that create metrics with their own class attributes.
 _HELPER_ATTRIBUTES = ("_spec_decoding_cls", "_kv_connector_cls", "_ec_connector_cls", "_perf_metrics_cls")

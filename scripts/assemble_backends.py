@@ -12,20 +12,24 @@ import sysconfig
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# The packages model.py imports; they sit beside model.py, which Triton puts on the stub's sys.path.
-PACKAGES = ("backend", "metrics", "health")
+# model.py imports one package with a project-specific name (beside it, on the stub's sys.path); the rooms Triton
+# loads are its subpackages. Nothing else goes into the backend directory.
+PACKAGE = "vllm_triton_observable"
+ROOMS = ("backend", "common", "health", "metrics")
 STUB_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
 def install_vllm_backend(dest: Path) -> None:
-    """Copy model.py and its packages (a copy, not links: the same tree an operator installs)."""
+    """`model.py` and the package (a copy, not links: the same tree an operator installs)."""
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copy2(ROOT / "backend" / "model.py", dest / "model.py")
-    for package in PACKAGES:
-        target = dest / package
-        if target.exists():
-            shutil.rmtree(target)
-        shutil.copytree(ROOT / package, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    package = dest / PACKAGE
+    if package.exists():
+        shutil.rmtree(package)
+    package.mkdir()
+    shutil.copy2(ROOT / f"{PACKAGE}.py", package / "__init__.py")
+    for room in ROOMS:
+        shutil.copytree(ROOT / room, package / room, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "model.py"))
 
 
 def install_python_backend(dest: Path) -> None:
@@ -43,6 +47,8 @@ def main(argv: list[str]) -> None:
         return
     target = Path(argv[0])
     install_python_backend(target / "python")
+    if (target / "vllm").exists():  # a build directory: start from nothing, so no file of an older layout stays
+        shutil.rmtree(target / "vllm")
     install_vllm_backend(target / "vllm")
 
 

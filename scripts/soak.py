@@ -28,6 +28,8 @@ import psutil
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from vllm_triton_observable.metrics import names
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from triton_launcher import ROOT, TritonServer, write_model  # noqa: E402
 
@@ -200,7 +202,7 @@ def run(http_port: int, grpc_port: int, metrics_port: int, server_pid: int, dura
     inflight = float("nan")
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        inflight = metric(scrape(metrics_url)[1], "vllm_triton_requests_in_flight")
+        inflight = metric(scrape(metrics_url)[1], names.REQUESTS_IN_FLIGHT)
         if inflight == 0:
             break
         time.sleep(0.5)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -68,9 +69,21 @@ def write_model(repo: Path, name: str, engine: dict[str, Any] | str | None = Non
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port below Linux's ephemeral range (32768-60999).
+
+    Triton binds its metrics port only after every model has loaded, a minute or more after the port was chosen;
+    a port from the ephemeral range can meanwhile be taken by any outgoing connection or by an engine's
+    randomly bound sockets ("Socket already in use"). Ports below the range are only ever taken on purpose.
+    """
+    rng = random.SystemRandom()
+    while True:
+        port = rng.randrange(20000, 32000)
+        if port not in _HANDED_OUT and port_free("127.0.0.1", port):
+            _HANDED_OUT.add(port)  # never twice in one process (servers started together would collide)
+            return port
+
+
+_HANDED_OUT: set[int] = set()
 
 
 def port_free(host: str, port: int) -> bool:

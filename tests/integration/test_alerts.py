@@ -15,6 +15,9 @@ import subprocess
 import pytest
 import yaml
 from helpers import ROOT
+from promql_ast import metric_names
+
+from vllm_triton_observable.metrics import names
 
 GENERATED = ROOT / "alerts" / "generated"
 RULES = GENERATED / "prometheus-rules.yaml"
@@ -71,16 +74,12 @@ def test_every_alert_is_well_formed():
 
 
 def test_every_series_a_rule_uses_is_exported():
-    from dashboards.config import TRITON_METRICS
-    from metrics.catalogue import catalogue
+    from vllm_triton_observable.metrics.catalogue import catalogue
 
-    known = {e.spec.name for e in catalogue()} | set(TRITON_METRICS) | {"up"}
+    known = {e.spec.name for e in catalogue()} | set(names.TRITON_FAMILIES) | {"up"}
     known |= {r["record"] for r in rules() if "record" in r}
     for rule in rules():
-        expr = re.sub(r"\b(by|on)\s*\([^)]*\)", "", rule["expr"])  # label lists are not metrics
-        for name in re.findall(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{|\[| >| ==|\))", expr):
-            if name in {"by", "on", "and", "unless", "rate", "increase", "max", "sum", "group", "or"}:
-                continue
+        for name in metric_names(rule["expr"]):
             base = re.sub(r"_(bucket|count|sum)$", "", name)
             assert name in known or base in known, (rule.get("alert") or rule.get("record"), name)
 
@@ -123,17 +122,17 @@ CRIT = dict(GROUP, severity="critical")
 WARN = dict(GROUP, severity="warning")
 SCENARIOS = {
     "VllmEngineUnhealthy": [{
-        "input_series": [{"series": f"vllm_triton_engine_healthy{{{LABELS}}}", "values": "1 1 0 0 0 0"},
-                         {"series": f'vllm_triton_engine_healthy{{{LABELS.replace("m_0_0", "m_0_1")}}}',
+        "input_series": [{"series": f"{names.ENGINE_HEALTHY}{{{LABELS}}}", "values": "1 1 0 0 0 0"},
+                         {"series": f'{names.ENGINE_HEALTHY}{{{LABELS.replace("m_0_0", "m_0_1")}}}',
                           "values": "1 1 1 1 1 1"}],
         "alert_rule_test": [quiet("VllmEngineUnhealthy", "1m"), quiet("VllmEngineUnhealthy", "2m"),
                             fired("VllmEngineUnhealthy", "3m", CRIT)]}],
     "VllmEngineStalled": [{
         "input_series": [
-            {"series": f"vllm_triton_requests_in_flight{{{LABELS}}}", "values": "2x10"},
-            {"series": f"vllm_triton_metrics_seconds_since_last_record{{{LABELS}}}", "values": "0+30x10"},
-            {"series": f'vllm_triton_requests_in_flight{{{LABELS.replace("m_0_0", "idle")}}}', "values": "0x10"},
-            {"series": f'vllm_triton_metrics_seconds_since_last_record{{{LABELS.replace("m_0_0", "idle")}}}',
+            {"series": f"{names.REQUESTS_IN_FLIGHT}{{{LABELS}}}", "values": "2x10"},
+            {"series": f"{names.SECONDS_SINCE_LAST_RECORD}{{{LABELS}}}", "values": "0+30x10"},
+            {"series": f'{names.REQUESTS_IN_FLIGHT}{{{LABELS.replace("m_0_0", "idle")}}}', "values": "0x10"},
+            {"series": f'{names.SECONDS_SINCE_LAST_RECORD}{{{LABELS.replace("m_0_0", "idle")}}}',
              "values": "1000x10"}],
         # 120 s at 4m is not over the threshold; 150 s at 5m starts the 1m `for`.
         "alert_rule_test": [quiet("VllmEngineStalled", "4m"), quiet("VllmEngineStalled", "5m"),
@@ -141,7 +140,7 @@ SCENARIOS = {
     "VllmMetricsAbsent": [{
         "input_series": [{"series": 'up{job="triton", instance="a:8002"}', "values": "1x10"},
                          {"series": 'up{job="triton", instance="b:8002"}', "values": "1x10"},
-                         {"series": 'vllm:num_requests_running{job="triton", instance="b:8002", model="m"}',
+                         {"series": f'{names.VLLM_RUNNING}{{job="triton", instance="b:8002", model="m"}}',
                           "values": "0x10"}],
         "alert_rule_test": [quiet("VllmMetricsAbsent", "4m"),
                             fired("VllmMetricsAbsent", "5m", {"job": "triton", "instance": "a:8002",
@@ -155,28 +154,28 @@ SCENARIOS = {
     "VllmHighErrorRatio": [
         {  # 2 errors per 100 finished: warning (> 1 %) only; cancellations do not count as errors
             "input_series": [
-                {"series": f'vllm:request_success_total{{{VLLM}, finished_reason="stop"}}', "values": "0+98x30"},
-                {"series": f'vllm:request_success_total{{{VLLM}, finished_reason="error"}}', "values": "0+2x30"},
-                {"series": f'nv_inference_request_failure{{{LABELS}, reason="CANCELED"}}', "values": "0+50x30"}],
+                {"series": f'{names.VLLM_REQUEST_SUCCESS}{{{VLLM}, finished_reason="stop"}}', "values": "0+98x30"},
+                {"series": f'{names.VLLM_REQUEST_SUCCESS}{{{VLLM}, finished_reason="error"}}', "values": "0+2x30"},
+                {"series": f'{names.TRITON_FAILURE}{{{LABELS}, reason="CANCELED"}}', "values": "0+50x30"}],
             "alert_rule_test": [quiet("VllmHighErrorRatio", "9m"),
                                 fired("VllmHighErrorRatio", "12m", {**GROUP, "severity": "warning"} | {
                                     "model_instance": None})]},
         {  # 10 % with Triton backend failures: critical after 2m
             "input_series": [
-                {"series": f'vllm:request_success_total{{{VLLM}, finished_reason="stop"}}', "values": "0+90x30"},
-                {"series": f'nv_inference_request_failure{{{LABELS}, reason="BACKEND"}}', "values": "0+10x30"}],
+                {"series": f'{names.VLLM_REQUEST_SUCCESS}{{{VLLM}, finished_reason="stop"}}', "values": "0+90x30"},
+                {"series": f'{names.TRITON_FAILURE}{{{LABELS}, reason="BACKEND"}}', "values": "0+10x30"}],
             "alert_rule_test": [fired("VllmHighErrorRatio", "5m", {"job": "triton", "instance": "h:8002",
                                                                    "model": "m", "severity": "critical"})]},
         {  # just under the threshold: 0.9 %
             "input_series": [
-                {"series": f'vllm:request_success_total{{{VLLM}, finished_reason="stop"}}', "values": "0+991x30"},
-                {"series": f'vllm:request_success_total{{{VLLM}, finished_reason="error"}}', "values": "0+9x30"}],
+                {"series": f'{names.VLLM_REQUEST_SUCCESS}{{{VLLM}, finished_reason="stop"}}', "values": "0+991x30"},
+                {"series": f'{names.VLLM_REQUEST_SUCCESS}{{{VLLM}, finished_reason="error"}}', "values": "0+9x30"}],
             "alert_rule_test": [quiet("VllmHighErrorRatio", "25m")]}],
     "VllmKVCacheHigh": [{
-        "input_series": [{"series": f"vllm:kv_cache_usage_perc{{{VLLM}}}", "values": "0.92x20"},
-                         {"series": f'vllm:kv_cache_usage_perc{{{VLLM.replace("m_0_0", "full")}}}',
+        "input_series": [{"series": f"{names.VLLM_KV_CACHE_USAGE}{{{VLLM}}}", "values": "0.92x20"},
+                         {"series": f'{names.VLLM_KV_CACHE_USAGE}{{{VLLM.replace("m_0_0", "full")}}}',
                           "values": "0.96x20"},
-                         {"series": f'vllm:kv_cache_usage_perc{{{VLLM.replace("m_0_0", "edge")}}}',
+                         {"series": f'{names.VLLM_KV_CACHE_USAGE}{{{VLLM.replace("m_0_0", "edge")}}}',
                           "values": "0.9x20"}],
         "alert_rule_test": [
             fired("VllmKVCacheHigh", "5m", {**GROUP, "model_instance": "full", "engine": "0",
@@ -185,31 +184,30 @@ SCENARIOS = {
                   {**GROUP, "model_instance": "full", "engine": "0", "severity": "warning"},
                   {**GROUP, "model_instance": "full", "engine": "0", "severity": "critical"})]}],
     "VllmRequestsQueueing": [{
-        "input_series": [{"series": f"vllm:num_requests_waiting{{{VLLM}}}", "values": "51x10"},
-                         {"series": f'vllm:num_requests_waiting{{{VLLM.replace("m_0_0", "edge")}}}',
+        "input_series": [{"series": f"{names.VLLM_WAITING}{{{VLLM}}}", "values": "51x10"},
+                         {"series": f'{names.VLLM_WAITING}{{{VLLM.replace("m_0_0", "edge")}}}',
                           "values": "50x10"}],
         "alert_rule_test": [quiet("VllmRequestsQueueing", "4m"),
                             fired("VllmRequestsQueueing", "5m", WARN)]}],
     "VllmHighPreemptionRate": [{
-        "input_series": [{"series": f"vllm:num_preemptions_total{{{VLLM}}}", "values": "0+120x20"},
-                         {"series": f'vllm:num_preemptions_total{{{VLLM.replace("m_0_0", "edge")}}}',
+        "input_series": [{"series": f"{names.VLLM_PREEMPTIONS}{{{VLLM}}}", "values": "0+120x20"},
+                         {"series": f'{names.VLLM_PREEMPTIONS}{{{VLLM.replace("m_0_0", "edge")}}}',
                           "values": "0+54x20"}],
         "alert_rule_test": [quiet("VllmHighPreemptionRate", "3m"),
                             fired("VllmHighPreemptionRate", "10m", WARN)]}],
     "VllmMetricsErrors": [{
-        "input_series": [{"series": f'vllm_triton_metrics_errors_total{{{LABELS},stage="record"}}',
+        "input_series": [{"series": f'{names.METRICS_ERRORS}{{{LABELS},stage="record"}}',
                           "values": "0 0 0 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5"},
-                         {"series": "vllm_triton_metrics_errors_total"
-                                    f'{{{LABELS.replace("m_0_0", "ok")},stage="record"}}',
+                         {"series": f'{names.METRICS_ERRORS}{{{LABELS.replace("m_0_0", "ok")},stage="record"}}',
                           "values": "0x25"}],
         # errors at 3m: pending while they are within the 10m window, firing after 5m, resolved once they left
         "alert_rule_test": [quiet("VllmMetricsErrors", "7m"),
                             fired("VllmMetricsErrors", "9m", {**WARN, "stage": "record"}),
                             quiet("VllmMetricsErrors", "14m")]}],
 }
-for _slo, _hist, _le in (("TTFT", "vllm:time_to_first_token_seconds", "2.5"),
-                         ("InterToken", "vllm:inter_token_latency_seconds", "0.2"),
-                         ("EndToEnd", "vllm:e2e_request_latency_seconds", "60.0")):
+for _slo, _hist, _le in (("TTFT", names.VLLM_TTFT, "2.5"),
+                         ("InterToken", names.VLLM_INTER_TOKEN_LATENCY, "0.2"),
+                         ("EndToEnd", names.VLLM_E2E_LATENCY, "60.0")):
     _name = f"Vllm{_slo}ErrorBudgetBurn"
     SCENARIOS[_name] = [
         {"input_series": burn_series(_hist, _le, 80),  # 20 % bad: both fast-burn pages after their `for`
@@ -253,7 +251,7 @@ def test_annotations_expand(tmp_path):
                                "UNAVAILABLE.")
     tests = {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": [{
         "interval": "1m",
-        "input_series": [{"series": f"vllm_triton_engine_healthy{{{LABELS}}}", "values": "0x5"}],
+        "input_series": [{"series": f"{names.ENGINE_HEALTHY}{{{LABELS}}}", "values": "0x5"}],
         "alert_rule_test": [{"eval_time": "3m", "alertname": "VllmEngineUnhealthy",
                              "exp_alerts": [{"exp_labels": CRIT, "exp_annotations": expected}]}]}]}
     (tmp_path / "test.yaml").write_text(yaml.safe_dump(tests))

@@ -7,18 +7,20 @@ import concurrent.futures
 import json
 import re
 
+import promql_parser
 import pytest
 from helpers import ROOT, generate, generate_stream, grpc_inputs, grpc_stream, run
 from prometheus_server import Prometheus
+from promql_ast import RATE_INTERVAL, is_call, metric_names, parse, unwrap, walk
 
-from dashboards.config import GPU_ONLY
+from vllm_triton_observable.metrics import names
 
 GENERATED = ROOT / "dashboards" / "generated"
 # Gauges whose names end like counter/histogram samples.
-GAUGE_NAMES = {"nv_inference_pending_request_count"}
-METRIC = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\{")
+GAUGE_NAMES = {names.TRITON_PENDING}
+COUNTER_LIKE = ("_total", "_count", "_sum", "_bucket")
 # Families that cannot have data on this test server, with the reason.
-EXEMPT = {name: "no NVIDIA GPU on the test machines" for name in GPU_ONLY}
+EXEMPT = {name: "no NVIDIA GPU on the test machines" for name in names.GPU_ONLY}
 
 
 def boards() -> dict[str, dict]:
@@ -40,8 +42,8 @@ def test_generated_files_are_up_to_date():
 
 
 def test_the_slo_buckets_are_vllms_own():
-    from dashboards.config import DEFAULT
-    from metrics.catalogue import BASE_ENGINE, vllm_families
+    from observability.config import DEFAULT
+    from vllm_triton_observable.metrics.catalogue import BASE_ENGINE, vllm_families
 
     vllm = {f.name: f.buckets for f in vllm_families(BASE_ENGINE)}
     for slo in DEFAULT.slos:
@@ -60,9 +62,9 @@ def test_make_dashboards_and_alerts_import_no_engine():
 
 
 def test_expected_dashboards_exist():
-    assert {b["uid"] for b in boards().values()} == {
-        "vllm-triton-overview", "vllm-triton-latency", "vllm-triton-saturation", "vllm-triton-server",
-        "vllm-triton-health"}
+    from observability.config import DashboardUID
+
+    assert {b["uid"] for b in boards().values()} == {v for k, v in vars(DashboardUID).items() if k.isupper()}
 
 
 def test_json_round_trips_through_the_sdk_models():
@@ -98,24 +100,26 @@ def test_every_panel_has_title_description_unit(name, panel):
 
 def lint(expr: str) -> list[str]:
     problems = []
-    for window in re.findall(r"\[([^\]]+)\]", expr):
-        if window != "$__rate_interval":
-            problems.append(f"rate window [{window}] is not $__rate_interval")
-    for match in METRIC.finditer(expr):
-        name = match.group(1)
-        if re.search(r"(_total|_count|_sum|_bucket)$", name) and name not in GAUGE_NAMES:
-            before = expr[:match.start()]
-            if not re.search(r"(rate|increase)\($", before):
-                problems.append(f"{name} is not under rate()/increase()")
-    for call in re.finditer(r"histogram_quantile\(", expr):
-        if not expr[call.end():].split(",", 1)[1].lstrip().startswith("sum by (le"):
-            problems.append("histogram_quantile without sum by (le)")
-    for division in re.finditer(r"\) / ", expr):
-        rest = expr[division.end():]
-        if not (rest.startswith("((") and "> 0)" in rest) and not rest.startswith("1e6"):
-            problems.append("a ratio does not divide by (x > 0)")
-    if "or vector(0)" in expr:
-        problems.append("or vector(0) hides missing data as zero")
+    for node, parents in walk(parse(expr)):
+        if isinstance(node, promql_parser.MatrixSelector) and node.range != RATE_INTERVAL:
+            problems.append(f"rate window [{node.range.total_seconds():g}s] is not $__rate_interval")
+        if isinstance(node, promql_parser.VectorSelector) and node.name.endswith(COUNTER_LIKE) and (
+                node.name not in GAUGE_NAMES):
+            if not (len(parents) >= 2 and is_call(parents[-2], "rate", "increase")):
+                problems.append(f"{node.name} is not under rate()/increase()")
+        if is_call(node, "histogram_quantile"):
+            inner = unwrap(node.args[1])
+            if not (isinstance(inner, promql_parser.AggregateExpr) and str(inner.op) == "sum"
+                    and inner.modifier is not None and "le" in inner.modifier.labels):
+                problems.append("histogram_quantile without sum by (le)")
+        if isinstance(node, promql_parser.BinaryExpr) and str(node.op) == "/":
+            divisor = unwrap(node.rhs)
+            guarded = (isinstance(divisor, promql_parser.BinaryExpr) and str(divisor.op) == ">"
+                       and isinstance(divisor.rhs, promql_parser.NumberLiteral) and divisor.rhs.val == 0)
+            if not guarded and not isinstance(divisor, promql_parser.NumberLiteral):
+                problems.append("a ratio does not divide by (x > 0)")
+        if isinstance(node, promql_parser.BinaryExpr) and str(node.op) == "or" and is_call(unwrap(node.rhs), "vector"):
+            problems.append("or vector(0) hides missing data as zero")
     return problems
 
 
@@ -125,31 +129,30 @@ def test_queries_follow_the_rules(name, title, expr):
 
 
 def test_the_lint_catches_known_defects():
-    assert lint('rate(vllm:num_preemptions_total{a="b"}[5m])') == ["rate window [5m] is not $__rate_interval"]
-    assert lint('vllm:prompt_tokens_total{a="b"}')
+    assert lint(f'rate({names.VLLM_PREEMPTIONS}{{a="b"}}[5m])') == ["rate window [300s] is not $__rate_interval"]
+    assert lint(f'{names.VLLM_PROMPT_TOKENS}{{a="b"}}')
     assert lint('histogram_quantile(0.9, rate(x_bucket{a="b"}[$__rate_interval]))')
     assert lint('(sum(rate(a_total{a="b"}[$__rate_interval]))) / (sum(rate(b_total{a="b"}[$__rate_interval])))')
     assert lint('histogram_quantile(0.9, sum by (le) (rate(x_bucket{a="b"}[$__rate_interval]))) or vector(0)')
 
 
 def test_every_metric_a_panel_uses_exists():
-    from dashboards.config import TRITON_METRICS
-    from metrics.catalogue import catalogue
+    from vllm_triton_observable.metrics.catalogue import catalogue
 
-    known = {e.spec.name for e in catalogue()} | set(TRITON_METRICS)
+    known = {e.spec.name for e in catalogue()} | set(names.TRITON_FAMILIES)
     suffixes = ("_bucket", "_sum", "_count")
     for _, title, expr in exprs():
-        for name in METRIC.findall(expr):
+        for name in metric_names(expr):
             base = next((name[: -len(s)] for s in suffixes if name.endswith(s) and name[: -len(s)] in known), name)
             assert base in known, (title, name)
 
 
 # -- live ----------------------------------------------------------------------------------------------
 def substitute(expr: str) -> str:
-    from dashboards.config import DEFAULT
+    from observability.config import DEFAULT
 
     values = {"__rate_interval": "1m", "job": ".*", "instance": ".*", "model": ".*", "engine": ".*"}
-    from metrics.registry import le_label
+    from vllm_triton_observable.metrics.registry import le_label
 
     values |= {f"slo_{slo.name.lower()}": le_label(slo.threshold_s) for slo in DEFAULT.slos}
     return re.sub(r"\$(\w+)", lambda m: values[m.group(1)], expr)
@@ -179,7 +182,7 @@ def test_every_panel_query_returns_data_from_a_real_prometheus(server, tmp_path)
         time.sleep(3)
         empty = []
         for name, title, expr in exprs():
-            if any(m in EXEMPT for m in METRIC.findall(expr)):
+            if metric_names(expr) & set(EXEMPT):
                 continue
             if not prometheus.query(substitute(expr)):
                 empty.append(f"{name} / {title}: {expr}")

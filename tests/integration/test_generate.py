@@ -8,6 +8,8 @@ import math
 import pytest
 from helpers import TINY_MODEL, generate, generate_stream, grpc_inputs, grpc_stream, run
 
+from vllm_triton_observable.metrics import names
+
 PROMPT = "What is Triton?"
 GREEDY = {"temperature": 0, "max_tokens": 8, "ignore_eos": True}
 
@@ -155,13 +157,13 @@ def test_client_cancellation_aborts_the_engine_request(server):
 
     def engine_idle() -> bool:
         now = scrape(server)
-        return (value(now, "vllm_triton_requests_finished_total", outcome="cancelled", **labels)
-                == value(before, "vllm_triton_requests_finished_total", outcome="cancelled", **labels) + 1
-                and value(now, "vllm_triton_requests_in_flight", **labels) == 0
-                and value(now, "vllm:num_requests_running", **labels) == 0
-                and value(now, "vllm:num_requests_waiting", **labels) == 0)
+        return (value(now, names.REQUESTS_FINISHED, outcome="cancelled", **labels)
+                == value(before, names.REQUESTS_FINISHED, outcome="cancelled", **labels) + 1
+                and value(now, names.REQUESTS_IN_FLIGHT, **labels) == 0
+                and value(now, names.VLLM_RUNNING, **labels) == 0
+                and value(now, names.VLLM_WAITING, **labels) == 0)
 
     wait_until(engine_idle, timeout=15)
-    generated = (value(scrape(server), "vllm:generation_tokens_total", **labels)
-                 - value(before, "vllm:generation_tokens_total", **labels))
+    generated = (value(scrape(server), names.VLLM_GENERATION_TOKENS, **labels)
+                 - value(before, names.VLLM_GENERATION_TOKENS, **labels))
     assert generated < 1000  # the engine stopped generating for the cancelled request

@@ -16,6 +16,8 @@ import pytest
 import requests
 from helpers import engine_of, explicit_mode_server, generate, scrape, stub_of, value, wait_until
 
+from vllm_triton_observable.metrics import names
+
 FAST = {"ENABLE_VLLM_HEALTH_CHECK": "true", "REPORT_CUSTOM_METRICS": "true", "HEALTH_CHECK_INTERVAL_S": "0.5",
         "HEALTH_PROBE_TIMEOUT_S": "1", "HEALTH_STALL_TIMEOUT_S": "3", "HEALTH_RESTART_BACKOFF_S": "0.5",
         "HEALTH_RESTART_MAX_ATTEMPTS": "2"}
@@ -93,20 +95,20 @@ def model_ready(server, model: str) -> bool:
 # -- the faults ----------------------------------------------------------------------------------------
 def test_sigkill_enginecore_under_load_with_restart(health_server):
     model = "h_restart"
-    assert metric(health_server, "vllm_triton_engine_healthy", model) == 1
+    assert metric(health_server, names.ENGINE_HEALTHY, model) == 1
     streams = start_load(health_server, model)
     core, _ = engine_processes(health_server, model)
     killed = time.monotonic()
     os.kill(core, signal.SIGKILL)
     for message in errors_after(streams, killed, within=1.0):
         assert "unavailable" in message.lower() or "dead" in message.lower(), message
-    wait_until(lambda: metric(health_server, "vllm_triton_engine_healthy", model) == 0, timeout=5)
-    assert metric(health_server, "vllm_triton_engine_health_state", model, state="unhealthy") == 1
+    wait_until(lambda: metric(health_server, names.ENGINE_HEALTHY, model) == 0, timeout=5)
+    assert metric(health_server, names.ENGINE_HEALTH_STATE, model, state="unhealthy") == 1
     status, body = generate(health_server, model, {"text_input": "Hi", "parameters": {"max_tokens": 2}})
     assert status in (400, 503) and "is unavailable" in body["error"], (status, body)
     # restart: a new engine in place, without an operator
-    wait_until(lambda: metric(health_server, "vllm_triton_engine_healthy", model) == 1, timeout=240, interval=1)
-    assert metric(health_server, "vllm_triton_engine_restarts_total", model) == 1
+    wait_until(lambda: metric(health_server, names.ENGINE_HEALTHY, model) == 1, timeout=240, interval=1)
+    assert metric(health_server, names.ENGINE_RESTARTS, model) == 1
     assert model_ready(health_server, model)
     status, body = generate(health_server, model, {"text_input": "Hi", "parameters": {"max_tokens": 2}})
     assert status == 200, body
@@ -135,7 +137,7 @@ def test_sigstop_enginecore_is_detected_and_sigcont_recovers_under_fail(health_s
         bound = float(FAST["HEALTH_STALL_TIMEOUT_S"]) + float(FAST["HEALTH_CHECK_INTERVAL_S"]) + 1.0
         for message in errors_after(streams, stopped, within=bound):
             assert f"model {model} is unavailable" in message, message
-        wait_until(lambda: metric(health_server, "vllm_triton_engine_healthy", model) == 0, timeout=3)
+        wait_until(lambda: metric(health_server, names.ENGINE_HEALTHY, model) == 0, timeout=3)
         started = time.monotonic()
         status, body = generate(health_server, model, {"text_input": "Hi", "parameters": {"max_tokens": 2}})
         assert status >= 400 and "is unavailable" in body["error"] and time.monotonic() - started < 1.0
@@ -143,7 +145,7 @@ def test_sigstop_enginecore_is_detected_and_sigcont_recovers_under_fail(health_s
     finally:
         os.kill(core, signal.SIGCONT)
     # SIGCONT: the engine resumes; a real one-token generation proves it and the model serves again.
-    wait_until(lambda: metric(health_server, "vllm_triton_engine_healthy", model) == 1, timeout=60, interval=0.5)
+    wait_until(lambda: metric(health_server, names.ENGINE_HEALTHY, model) == 1, timeout=60, interval=0.5)
     status, body = generate(health_server, model, {"text_input": "Hi", "parameters": {"max_tokens": 2}})
     assert status == 200, body
     assert "engine health: healthy — the engine generates again" in health_server.log_text()
@@ -151,7 +153,7 @@ def test_sigstop_enginecore_is_detected_and_sigcont_recovers_under_fail(health_s
 
 def test_monitor_off_keeps_the_official_behaviour(health_server):
     model = "h_off"
-    assert "vllm_triton_engine_healthy" not in {
+    assert names.ENGINE_HEALTHY not in {
         s.name for f in scrape(health_server).values() for s in f.samples if s.labels.get("model") == model}
     streams = start_load(health_server, model)
     core, _ = engine_processes(health_server, model)
@@ -174,13 +176,13 @@ def test_engine_unhealthy_alert_fires_in_a_real_prometheus(health_server, tmp_pa
 
     from alerts.definitions import panel_ids
     from alerts.render import prometheus_groups
-    from dashboards.config import DEFAULT
+    from observability.config import DEFAULT
 
     config = dataclasses.replace(DEFAULT, unhealthy_for="1s")
     rules = tmp_path / "rules.yaml"
     rules.write_text(yaml.safe_dump(prometheus_groups(config, panel_ids(ROOT / "dashboards" / "generated"))))
     model = "h_restart"
-    wait_until(lambda: metric(health_server, "vllm_triton_engine_healthy", model) == 1, timeout=240, interval=1)
+    wait_until(lambda: metric(health_server, names.ENGINE_HEALTHY, model) == 1, timeout=240, interval=1)
     with Prometheus(tmp_path, [f"127.0.0.1:{health_server.metrics_port}"], [rules]) as prometheus:
         prometheus.wait_for_scrapes(3)
         assert not [a for a in prometheus.alerts() if a["labels"]["alertname"] == "VllmEngineUnhealthy"]
@@ -193,4 +195,4 @@ def test_engine_unhealthy_alert_fires_in_a_real_prometheus(health_server, tmp_pa
 
         wait_until(firing, timeout=30, interval=0.5)
     # leave the model healthy again (restart) for whoever comes next
-    wait_until(lambda: metric(health_server, "vllm_triton_engine_healthy", model) == 1, timeout=240, interval=1)
+    wait_until(lambda: metric(health_server, names.ENGINE_HEALTHY, model) == 1, timeout=240, interval=1)

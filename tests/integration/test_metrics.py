@@ -19,6 +19,8 @@ from helpers import (
     wait_until,
 )
 
+from vllm_triton_observable.metrics import names
+
 PROMPTS = ["What is Triton?", "Tell me about the metrics endpoint", "A", "one two three four five"]
 
 
@@ -33,7 +35,7 @@ def vllms_own_names(engine: dict) -> set[str]:
     from prometheus_client import REGISTRY
     from vllm.v1.metrics.loggers import PrometheusStatLogger
 
-    from metrics.catalogue import vllm_config
+    from vllm_triton_observable.metrics.catalogue import vllm_config
 
     logger = PrometheusStatLogger(vllm_config(engine), [0])
     logger.log_engine_initialized()
@@ -63,7 +65,7 @@ def test_every_family_vllm_defines_is_exported(server, model, engine):
 
 
 def test_the_catalogue_matches_the_live_families(server):
-    from metrics.catalogue import backend_families, health_families, vllm_families
+    from vllm_triton_observable.metrics.catalogue import backend_families, health_families, vllm_families
 
     specs = [*vllm_families(BASE_ENGINE), *backend_families(), *health_families()]  # vllm_model: health on
     expected = {name for spec in specs for name in spec.sample_names}
@@ -73,15 +75,15 @@ def test_the_catalogue_matches_the_live_families(server):
 
 
 def test_labels_and_buckets(server):
-    from metrics.catalogue import vllm_families
+    from vllm_triton_observable.metrics.catalogue import vllm_families
 
     families = scrape(server)
-    (sample, *_) = series(families, "vllm:num_requests_running", model="vllm_model")
+    (sample, *_) = series(families, names.VLLM_RUNNING, model="vllm_model")
     assert sample.labels == {"model": "vllm_model", "version": "1", "model_instance": "vllm_model_0_0",
                              "model_name": str(TINY_MODEL), "engine": "0"}
     assert not any({"job", "instance"} & set(s.labels) for f in families.values() for s in f.samples)
-    ttft = next(f for f in vllm_families(BASE_ENGINE) if f.name == "vllm:time_to_first_token_seconds")
-    les = {s.labels["le"] for s in series(families, "vllm:time_to_first_token_seconds_bucket", model="vllm_model")}
+    ttft = next(f for f in vllm_families(BASE_ENGINE) if f.name == names.VLLM_TTFT)
+    les = {s.labels["le"] for s in series(families, f"{names.VLLM_TTFT}_bucket", model="vllm_model")}
     assert les == {_le(b) for b in (*ttft.buckets, float("inf"))}  # vLLM's own strings: "1.0", "+Inf"
     assert "1.0" in les
 
@@ -122,33 +124,33 @@ def test_exact_deltas_after_a_scripted_workload(server):
     generate(server, "vllm_model", {"text_input": "x", "parameters": {"max_tokens": 0}})  # rejected
 
     n = len(PROMPTS) + 2
-    after = _wait_published(server, "vllm:e2e_request_latency_seconds_count",
-                            value(before, "vllm:e2e_request_latency_seconds_count", **labels) + n, **labels)
+    after = _wait_published(server, f"{names.VLLM_E2E_LATENCY}_count",
+                            value(before, f"{names.VLLM_E2E_LATENCY}_count", **labels) + n, **labels)
 
     def delta(sample: str, **extra: str) -> float:
         return value(after, sample, **labels, **extra) - value(before, sample, **labels, **extra)
 
     prompt_tokens = sum(len(tokenizer(p)["input_ids"]) for p in [*PROMPTS, "stop here", "stop here"])
-    assert delta("vllm:prompt_tokens_total") == prompt_tokens
-    assert delta("vllm:request_prompt_tokens_sum") == prompt_tokens
+    assert delta(names.VLLM_PROMPT_TOKENS) == prompt_tokens
+    assert delta(f"{names.VLLM_REQUEST_PROMPT_TOKENS}_sum") == prompt_tokens
     generated = len(PROMPTS) * max_tokens + 8 + stopped["num_output_tokens"]
-    assert delta("vllm:generation_tokens_total") == generated
-    assert delta("vllm:request_generation_tokens_sum") == generated
-    assert delta("vllm:request_success_total", finished_reason="length") == len(PROMPTS) + 1
-    assert delta("vllm:request_success_total", finished_reason="stop") == 1
-    for histogram in ("vllm:e2e_request_latency_seconds", "vllm:request_prompt_tokens",
-                      "vllm:request_generation_tokens", "vllm:request_queue_time_seconds"):
+    assert delta(names.VLLM_GENERATION_TOKENS) == generated
+    assert delta(f"{names.VLLM_REQUEST_GENERATION_TOKENS}_sum") == generated
+    assert delta(names.VLLM_REQUEST_SUCCESS, finished_reason="length") == len(PROMPTS) + 1
+    assert delta(names.VLLM_REQUEST_SUCCESS, finished_reason="stop") == 1
+    for histogram in (names.VLLM_E2E_LATENCY, names.VLLM_REQUEST_PROMPT_TOKENS,
+                      names.VLLM_REQUEST_GENERATION_TOKENS, names.VLLM_QUEUE_TIME):
         assert delta(f"{histogram}_count") == n, histogram
-    assert delta("vllm:time_to_first_token_seconds_count") == n
-    assert delta("vllm_triton_requests_finished_total", outcome="completed") == n
-    assert delta("vllm_triton_requests_finished_total", outcome="rejected") == 1
+    assert delta(f"{names.VLLM_TTFT}_count") == n
+    assert delta(names.REQUESTS_FINISHED, outcome="completed") == n
+    assert delta(names.REQUESTS_FINISHED, outcome="rejected") == 1
 
 
 def test_gauges_rise_under_load_and_return_to_zero(server):
     labels = {"model": "vllm_model"}
     body = {"text_input": "load", "parameters": {"stream": True, "max_tokens": 300, "ignore_eos": True}}
-    peaks = {"vllm:num_requests_running": 0.0, "vllm_triton_requests_in_flight": 0.0,
-             "vllm:kv_cache_usage_perc": 0.0}
+    peaks = {names.VLLM_RUNNING: 0.0, names.REQUESTS_IN_FLIGHT: 0.0,
+             names.VLLM_KV_CACHE_USAGE: 0.0}
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         futures = [pool.submit(generate_stream, server, "vllm_model", body, 120) for _ in range(8)]
         while not all(f.done() for f in futures):
@@ -157,9 +159,9 @@ def test_gauges_rise_under_load_and_return_to_zero(server):
                 peaks[name] = max(peaks[name], value(families, name, **labels))
             time.sleep(0.2)
         assert all(len(f.result()) > 1 for f in futures)
-    assert peaks["vllm:num_requests_running"] >= 2
-    assert peaks["vllm_triton_requests_in_flight"] >= 2
-    assert peaks["vllm:kv_cache_usage_perc"] > 0
+    assert peaks[names.VLLM_RUNNING] >= 2
+    assert peaks[names.REQUESTS_IN_FLIGHT] >= 2
+    assert peaks[names.VLLM_KV_CACHE_USAGE] > 0
     wait_until(lambda: all(value(scrape(server), name, **labels) == 0 for name in peaks), timeout=10)
 
 
@@ -168,9 +170,9 @@ def test_two_instances_have_distinct_series_that_add_up(server):
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         list(pool.map(lambda _: generate(server, "vllm_lora", {"text_input": "Hi", "parameters": {"max_tokens": 3}}),
                       range(8)))
-    wait_until(lambda: value(scrape(server), "vllm:request_success_total", model="vllm_lora")
-               == value(before, "vllm:request_success_total", model="vllm_lora") + 8, timeout=10)
-    instances = {s.labels["model_instance"] for s in series(scrape(server), "vllm:num_requests_running",
+    wait_until(lambda: value(scrape(server), names.VLLM_REQUEST_SUCCESS, model="vllm_lora")
+               == value(before, names.VLLM_REQUEST_SUCCESS, model="vllm_lora") + 8, timeout=10)
+    instances = {s.labels["model_instance"] for s in series(scrape(server), names.VLLM_RUNNING,
                                                             model="vllm_lora")}
     assert instances == {"vllm_lora_0_0", "vllm_lora_0_1"}
 
@@ -181,10 +183,10 @@ def test_two_models_never_mix(server):
     time.sleep(2.5)
     after = scrape(server)
     for model in ("vllm_lora",):
-        assert value(after, "vllm:prompt_tokens_total", model=model) == value(
-            before, "vllm:prompt_tokens_total", model=model)
-    assert value(after, "vllm:prompt_tokens_total", model="vllm_model") > value(
-        before, "vllm:prompt_tokens_total", model="vllm_model")
+        assert value(after, names.VLLM_PROMPT_TOKENS, model=model) == value(
+            before, names.VLLM_PROMPT_TOKENS, model=model)
+    assert value(after, names.VLLM_PROMPT_TOKENS, model="vllm_model") > value(
+        before, names.VLLM_PROMPT_TOKENS, model="vllm_model")
 
 
 def test_no_vllm_family_when_report_custom_metrics_is_off(server):
@@ -200,11 +202,11 @@ def test_backend_info_and_exporter_health(server):
     import vllm
 
     families = scrape(server)
-    (info,) = series(families, "vllm_triton_info", model="vllm_model")
+    (info,) = series(families, names.INFO, model="vllm_model")
     assert info.value == 1
     assert info.labels["vllm_version"] == vllm.__version__
     assert info.labels["metrics_enabled"] == "true"
     for stage in ("record", "publish"):
-        assert series(families, "vllm_triton_metrics_errors_total", model="vllm_model", stage=stage)
-        assert value(families, "vllm_triton_metrics_errors_total", model="vllm_model", stage=stage) == 0
+        assert series(families, names.METRICS_ERRORS, model="vllm_model", stage=stage)
+        assert value(families, names.METRICS_ERRORS, model="vllm_model", stage=stage) == 0
     assert "metrics record failed" not in server.log_text() and "metrics publish failed" not in server.log_text()

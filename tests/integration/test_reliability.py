@@ -18,6 +18,9 @@ from helpers import generate, grpc_inputs, scrape, value, wait_until
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from vllm_triton_observable.common.vocabulary import Outcome
+from vllm_triton_observable.metrics import names
+
 MODEL = "vllm_model"
 LABELS = {"model": MODEL}
 GREEDY = {"temperature": 0, "max_tokens": 8, "ignore_eos": True}
@@ -143,14 +146,14 @@ def settled(server) -> None:
     """Nothing in flight, the engine idle, never restarted, still healthy."""
     def idle() -> bool:
         now = scrape(server)
-        return (value(now, "vllm_triton_requests_in_flight", **LABELS) == 0
-                and value(now, "vllm:num_requests_running", **LABELS) == 0
-                and value(now, "vllm:num_requests_waiting", **LABELS) == 0)
+        return (value(now, names.REQUESTS_IN_FLIGHT, **LABELS) == 0
+                and value(now, names.VLLM_RUNNING, **LABELS) == 0
+                and value(now, names.VLLM_WAITING, **LABELS) == 0)
 
     wait_until(idle, timeout=5)
     families = snapshot(server)
-    assert value(families, "vllm_triton_engine_restarts_total", **LABELS) == 0
-    assert value(families, "vllm_triton_engine_healthy", **LABELS) == 1
+    assert value(families, names.ENGINE_RESTARTS, **LABELS) == 0
+    assert value(families, names.ENGINE_HEALTHY, **LABELS) == 1
 
 
 def test_bad_input_corpus_beside_well_formed_traffic(server):
@@ -208,7 +211,7 @@ VALUES = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=4) | st.di
 
 
 def sampling_keys() -> list[str]:
-    from backend.sampling import allowed_keys
+    from vllm_triton_observable.backend.sampling import allowed_keys
 
     return [*allowed_keys(), "bogus", "priority"]
 
@@ -263,14 +266,13 @@ def some_delay(rng: random.Random) -> float:
 def received(families: dict) -> float:
     """Requests Triton handed to the model (it counts a decoupled model's error responses as successes)."""
     return sum(value(families, name, **LABELS) for name in (
-        "nv_inference_request_success", "nv_inference_request_success_total",
-        "nv_inference_request_failure", "nv_inference_request_failure_total"))
+        names.TRITON_SUCCESS, f"{names.TRITON_SUCCESS}_total", names.TRITON_FAILURE, f"{names.TRITON_FAILURE}_total"))
 
 
 def outcomes(before: dict, after: dict) -> dict[str, float]:
-    return {o: value(after, "vllm_triton_requests_finished_total", outcome=o, **LABELS)
-            - value(before, "vllm_triton_requests_finished_total", outcome=o, **LABELS)
-            for o in ("completed", "cancelled", "rejected", "failed")}
+    return {o: value(after, names.REQUESTS_FINISHED, outcome=o, **LABELS)
+            - value(before, names.REQUESTS_FINISHED, outcome=o, **LABELS)
+            for o in (outcome.value for outcome in Outcome)}
 
 
 def test_cancellation_storm_ends_every_request(server):
@@ -285,9 +287,9 @@ def test_cancellation_storm_ends_every_request(server):
 
     def all_ended() -> bool:
         now = scrape(server)
-        return (value(now, "vllm_triton_requests_in_flight", **LABELS) == 0
-                and value(now, "vllm:num_requests_running", **LABELS) == 0
-                and value(now, "vllm:num_requests_waiting", **LABELS) == 0)
+        return (value(now, names.REQUESTS_IN_FLIGHT, **LABELS) == 0
+                and value(now, names.VLLM_RUNNING, **LABELS) == 0
+                and value(now, names.VLLM_WAITING, **LABELS) == 0)
 
     wait_until(all_ended, timeout=10, interval=0.1)
     took = time.monotonic() - ended
@@ -308,6 +310,6 @@ def test_a_cancelled_request_never_runs_to_the_end(server, delay):
     wait_until(lambda: received(scrape(server)) == received(before) + 1, timeout=5)
     settled(server)
     after = snapshot(server)
-    assert value(after, "vllm:generation_tokens_total", **LABELS) - value(
-        before, "vllm:generation_tokens_total", **LABELS) < LONG["max_tokens"]
+    assert value(after, names.VLLM_GENERATION_TOKENS, **LABELS) - value(
+        before, names.VLLM_GENERATION_TOKENS, **LABELS) < LONG["max_tokens"]
     assert outcomes(before, after) == {"completed": 0, "cancelled": 1, "rejected": 0, "failed": 0}

@@ -69,15 +69,6 @@ def test_ctrl_c_leaves_no_process_and_no_shared_memory(served):
     process.wait(120)
     said = process.stdout.read()
     assert "stopped cleanly" in said, said  # the launcher had nothing to kill or unlink after the backend
-    with pytest.raises(ProcessLookupError):  # the server's whole process group is gone
+    with pytest.raises(ProcessLookupError):  # no process of the server's process group is left
         os.killpg(pid, 0)
-    leftovers = [p for p in os.listdir("/proc") if p.isdigit() and _in_group(int(p), pid)]
-    assert leftovers == []
     assert shm_names() - shm_before == set()
-
-
-def _in_group(proc: int, pgid: int) -> bool:
-    try:
-        return os.getpgid(proc) == pgid
-    except ProcessLookupError:
-        return False

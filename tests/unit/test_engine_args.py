@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from backend.engine_args import load_model_json, resolve_local_paths, validate_engine_config
-from backend.errors import ConfigError
+from vllm_triton_observable.backend.engine_args import load_model_json, resolve_local_paths, validate_engine_config
+from vllm_triton_observable.common.errors import ConfigError
 
 
 def test_valid_config_with_official_style_strings_is_coerced():
@@ -49,3 +49,16 @@ def test_relative_model_path_resolves_beside_model_json(tmp_path):
     config = resolve_local_paths(load_model_json(tmp_path), tmp_path)
     assert config["model"] == str((tmp_path / "weights").resolve())
     assert config["tokenizer"] == "org/name"  # not a local directory: left for the hub / vLLM
+
+
+def test_every_engine_argument_of_the_installed_vllm_has_a_resolved_type():
+    """typing.get_type_hints resolves each annotation; none is left as text (which would go unchecked)."""
+    import dataclasses
+
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    from vllm_triton_observable.backend.engine_args import _field_types
+
+    types = _field_types()
+    assert set(types) == {f.name for f in dataclasses.fields(AsyncEngineArgs)}
+    assert not [name for name, (annotation, _) in types.items() if isinstance(annotation, str)]

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from backend.engine_runner import EngineRunner, EngineStartError
+from vllm_triton_observable.backend.engine_runner import EngineRunner, EngineStartError
 
 
 class FakeEngine:

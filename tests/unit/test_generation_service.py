@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 from test_response_thread import FakeIO, FakeSender, wait_for
 
-from backend.generation import GenerationService
-from backend.lora import LoraRegistry
+from vllm_triton_observable.backend.generation import GenerationService
+from vllm_triton_observable.backend.lora import LoraRegistry
 
 
 class Log:
@@ -113,7 +113,7 @@ def test_an_unexpected_exception_is_internal_with_a_request_id_and_no_traceback(
 
 @pytest.mark.parametrize("exc", [RecursionError(), MemoryError(), UnicodeError("x")])
 def test_any_exception_while_decoding_ends_the_request(monkeypatch, exc):
-    import backend.generation as generation
+    import vllm_triton_observable.backend.generation as generation
 
     def explode(view):
         raise exc

@@ -2,10 +2,11 @@
 
 import pytest
 
-from backend.errors import ConfigError
-from backend.server_flags import explicit_model_control, flag_value, metrics_allowed
-from health.evaluator import HealthEvaluator, Observation, State
-from health.settings import HealthSettings, Recovery
+from vllm_triton_observable.common.errors import ConfigError
+from vllm_triton_observable.common.server_flags import explicit_model_control, flag_value, metrics_allowed
+from vllm_triton_observable.common.vocabulary import HealthState
+from vllm_triton_observable.health.evaluator import HealthEvaluator, Observation
+from vllm_triton_observable.health.settings import HealthSettings, Recovery
 
 
 def config(**params):
@@ -37,9 +38,9 @@ SETTINGS = HealthSettings(enabled=True, stall_timeout_s=3, failure_threshold=2, 
 def test_death_is_unhealthy_at_once_and_final():
     evaluator = HealthEvaluator(SETTINGS)
     transition = evaluator.evaluate(Observation(now=1, dead="EngineCore died"))
-    assert transition.state is State.UNHEALTHY and "EngineCore died" in transition.cause
+    assert transition.state is HealthState.UNHEALTHY and "EngineCore died" in transition.cause
     assert evaluator.evaluate(Observation(now=2, probe_latency=0.01)) is None
-    assert evaluator.state is State.UNHEALTHY
+    assert evaluator.state is HealthState.UNHEALTHY
 
 
 def test_stall_needs_requests_in_flight_and_no_step():
@@ -48,23 +49,24 @@ def test_stall_needs_requests_in_flight_and_no_step():
     assert evaluator.evaluate(Observation(now=100, inflight=3, last_step=98, busy_since=90)) is None
     assert evaluator.evaluate(Observation(now=100, inflight=3, last_step=50, busy_since=99)) is None  # just busy
     transition = evaluator.evaluate(Observation(now=104, inflight=3, last_step=50, busy_since=99))
-    assert transition.state is State.UNHEALTHY and "no engine progress for 5.0 s with 3 request(s)" in transition.cause
+    assert transition.state is HealthState.UNHEALTHY
+    assert "no engine progress for 5.0 s with 3 request(s)" in transition.cause
 
 
 def test_probe_failures_degrade_then_fail_and_a_probe_alone_does_not_recover():
     evaluator = HealthEvaluator(SETTINGS)
-    assert evaluator.evaluate(Observation(now=1, probe_error="timeout")).state is State.DEGRADED
-    assert evaluator.evaluate(Observation(now=2, probe_error="timeout")).state is State.UNHEALTHY
+    assert evaluator.evaluate(Observation(now=1, probe_error="timeout")).state is HealthState.DEGRADED
+    assert evaluator.evaluate(Observation(now=2, probe_error="timeout")).state is HealthState.UNHEALTHY
     assert evaluator.evaluate(Observation(now=3, probe_latency=0.01)) is None
-    assert evaluator.recovered("generates again").state is State.HEALTHY
+    assert evaluator.recovered("generates again").state is HealthState.HEALTHY
     assert evaluator.consecutive_failures == 0
 
 
 def test_slow_probe_is_degraded_and_a_fast_one_heals():
     evaluator = HealthEvaluator(SETTINGS)
-    assert evaluator.evaluate(Observation(now=1, probe_latency=1.5)).state is State.DEGRADED
+    assert evaluator.evaluate(Observation(now=1, probe_latency=1.5)).state is HealthState.DEGRADED
     assert evaluator.evaluate(Observation(now=2, probe_latency=1.6)) is None  # logged once
-    assert evaluator.evaluate(Observation(now=3, probe_latency=0.01)).state is State.HEALTHY
+    assert evaluator.evaluate(Observation(now=3, probe_latency=0.01)).state is HealthState.HEALTHY
 
 
 def test_server_flags():

@@ -3,9 +3,10 @@ tested end to end)."""
 
 import pytest
 
-from metrics.errors import MetricErrors
-from metrics.publisher import TritonPublisher
-from metrics.registry import InstanceRegistry, Kind, exposed_name
+from vllm_triton_observable.metrics import names
+from vllm_triton_observable.metrics.errors import MetricErrors
+from vllm_triton_observable.metrics.publisher import TritonPublisher
+from vllm_triton_observable.metrics.registry import InstanceRegistry, Kind, exposed_name
 
 
 class FakeMetric:
@@ -142,13 +143,13 @@ def test_refused_family_is_reported_once_and_the_rest_is_published():
         publisher.flush()
     assert value("good_family") == 2
     assert sum("bad_family" in line for line in logged) == 1
-    assert value("vllm_triton_metrics_errors_total", stage="publish") == 1
+    assert value(names.METRICS_ERRORS, stage="publish") == 1
 
 
 def test_a_failing_stat_logger_is_counted_logged_once_and_never_raises():
     from vllm.v1.metrics.loggers import PrometheusStatLogger
 
-    from metrics.stat_logger import stat_logger_class
+    from vllm_triton_observable.metrics.stat_logger import stat_logger_class
 
     registry, errors, publisher, logged = setup()
     logger_class = stat_logger_class(registry, errors)
@@ -158,5 +159,5 @@ def test_a_failing_stat_logger_is_counted_logged_once_and_never_raises():
         logger.record(object(), object())
     assert registry.last_record is not None
     publisher.flush()
-    assert value("vllm_triton_metrics_errors_total", stage="record") == 5
+    assert value(names.METRICS_ERRORS, stage="record") == 5
     assert len([line for line in logged if "metrics record failed" in line]) == 1

@@ -6,8 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from backend.errors import InvalidRequest
-from backend.request_decoding import decode_request
+from vllm_triton_observable.backend.request_decoding import decode_request
+from vllm_triton_observable.common.errors import InvalidRequest
 
 
 class FakeView:

@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from backend.request_decoding import OutputOptions
-from backend.response_encoding import chunk_from_output, encode_chunk
+from vllm_triton_observable.backend.request_decoding import OutputOptions
+from vllm_triton_observable.backend.response_encoding import chunk_from_output, encode_chunk
 
 
 def completion(index, text, tokens, finish=None, cumulative=None, logprobs=None):

@@ -3,10 +3,11 @@
 import threading
 import time
 
-from backend.errors import InvalidRequest
-from backend.request_decoding import OutputOptions
-from backend.response_encoding import ResponseChunk
-from backend.response_thread import InflightRequest, Outcome, ResponseThread
+from vllm_triton_observable.backend.request_decoding import OutputOptions
+from vllm_triton_observable.backend.response_encoding import ResponseChunk
+from vllm_triton_observable.backend.response_thread import InflightRequest, ResponseThread
+from vllm_triton_observable.common.errors import InvalidRequest
+from vllm_triton_observable.common.vocabulary import Outcome
 
 
 class FakeIO:

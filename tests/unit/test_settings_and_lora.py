@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from backend.device import check_device
-from backend.errors import ConfigError, InvalidRequest
-from backend.lora import LoraRegistry
-from backend.settings import BackendSettings
+from vllm_triton_observable.backend.device import check_device
+from vllm_triton_observable.backend.lora import LoraRegistry
+from vllm_triton_observable.backend.settings import BackendSettings
+from vllm_triton_observable.common.errors import ConfigError, InvalidRequest
 
 
 def config(**params):
@@ -52,8 +52,9 @@ def test_lora_registry(tmp_path):
 
 
 def test_an_unknown_key_fails_with_a_suggestion_and_every_known_key_passes():
-    from backend.settings import PYTHON_BACKEND_KEYS, check_known_keys
-    from health.settings import HealthSettings
+    from vllm_triton_observable.backend.settings import PYTHON_BACKEND_KEYS
+    from vllm_triton_observable.common.parameters import check_known_keys
+    from vllm_triton_observable.health.settings import HealthSettings
 
     known = BackendSettings.KEYS | HealthSettings.keys() | PYTHON_BACKEND_KEYS
     check_known_keys(["REPORT_CUSTOM_METRICS", "ENABLE_VLLM_HEALTH_CHECK", "EXECUTION_ENV_PATH",
@@ -66,7 +67,7 @@ def test_an_unknown_key_fails_with_a_suggestion_and_every_known_key_passes():
 
 
 def test_contradictory_health_settings_fail():
-    from health.settings import HealthSettings
+    from vllm_triton_observable.health.settings import HealthSettings
 
     with pytest.raises(ConfigError, match=r"HEALTH_DEGRADED_PROBE_S \(5\) must be less than HEALTH_PROBE_TIMEOUT_S"):
         HealthSettings.from_model_config(config(ENABLE_VLLM_HEALTH_CHECK="true", HEALTH_DEGRADED_PROBE_S="5",

@@ -2,7 +2,7 @@
 
 import time
 
-from backend.unload_watch import UnloadWatch
+from vllm_triton_observable.backend.unload_watch import UnloadWatch
 
 
 class Log:
@@ -49,7 +49,7 @@ def test_http_readiness_reads_tritons_answers():
     import threading
     from http.server import BaseHTTPRequestHandler, HTTPServer
 
-    from backend.unload_watch import http_readiness
+    from vllm_triton_observable.backend.unload_watch import http_readiness
 
     status = {"/v2/models/m/versions/1/ready": 200, "/v2/models/gone/versions/1/ready": 400}
 
@@ -72,7 +72,7 @@ def test_http_readiness_reads_tritons_answers():
 
 
 def test_the_servers_http_url_comes_from_its_command_line():
-    from backend.server_flags import http_url
+    from vllm_triton_observable.common.server_flags import http_url
 
     assert http_url(["tritonserver"]) == "http://127.0.0.1:8000"
     assert http_url(["tritonserver", "--http-port=9", "--http-address", "127.0.0.2"]) == "http://127.0.0.2:9"

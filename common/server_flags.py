@@ -8,15 +8,15 @@ mode). The stub is a child of tritonserver, so its parent's argv tells.
 from __future__ import annotations
 
 import os
-from pathlib import Path
+
+import psutil  # a dependency of vLLM, so present wherever the backend runs
 
 
 def server_argv(pid: int | None = None) -> list[str]:
     try:
-        raw = Path(f"/proc/{pid or os.getppid()}/cmdline").read_bytes()
-    except OSError:
+        return psutil.Process(pid or os.getppid()).cmdline()
+    except psutil.Error:
         return []
-    return raw.decode(errors="replace").split("\0")
 
 
 def flag_value(argv: list[str], name: str) -> str | None:

@@ -8,18 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Triton 2.51's own metrics that the dashboards and alerts use (the live test checks they exist).
-TRITON_METRICS = (
-    "nv_inference_request_success", "nv_inference_request_failure", "nv_inference_count",
-    "nv_inference_exec_count", "nv_inference_pending_request_count", "nv_inference_request_duration_us",
-    "nv_inference_queue_duration_us", "nv_inference_compute_input_duration_us",
-    "nv_inference_compute_infer_duration_us", "nv_inference_compute_output_duration_us",
-    "nv_cpu_utilization", "nv_cpu_memory_used_bytes", "nv_cpu_memory_total_bytes",
-    "nv_gpu_utilization", "nv_gpu_memory_used_bytes", "nv_gpu_memory_total_bytes", "nv_gpu_power_usage",
-)
-# Only present on machines with NVIDIA GPUs (and --allow-gpu-metrics).
-GPU_ONLY = frozenset(m for m in TRITON_METRICS if m.startswith("nv_gpu_"))
-
+from vllm_triton_observable.metrics import names
 
 # vLLM 0.32's buckets for the SLO histograms, written here so that `make dashboards` and `make alerts` need no
 # engine; tests/integration/test_dashboards.py fails when the installed vLLM's differ.
@@ -29,6 +18,16 @@ INTER_TOKEN_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 
                        20.0, 40.0, 80.0)
 REQUEST_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
                            240.0, 480.0, 960.0, 1920.0, 7680.0)
+
+
+class DashboardUID:
+    """The dashboards are built under these uids; alerts link to their panels by them."""
+
+    OVERVIEW = "vllm-triton-overview"
+    LATENCY = "vllm-triton-latency"
+    SATURATION = "vllm-triton-saturation"
+    SERVER = "vllm-triton-server"
+    HEALTH = "vllm-triton-health"
 
 
 @dataclass(frozen=True)
@@ -78,11 +77,11 @@ class Config:
     metrics_errors_for: str = "5m"
 
     slos: tuple[LatencySLO, ...] = (
-        LatencySLO("TTFT", "vllm:time_to_first_token_seconds", 2.5, TTFT_BUCKETS,
+        LatencySLO("TTFT", names.VLLM_TTFT, 2.5, TTFT_BUCKETS,
                    description="time to first token"),
-        LatencySLO("InterToken", "vllm:inter_token_latency_seconds", 0.2, INTER_TOKEN_BUCKETS,
+        LatencySLO("InterToken", names.VLLM_INTER_TOKEN_LATENCY, 0.2, INTER_TOKEN_BUCKETS,
                    description="inter-token latency"),
-        LatencySLO("EndToEnd", "vllm:e2e_request_latency_seconds", 60.0, REQUEST_LATENCY_BUCKETS,
+        LatencySLO("EndToEnd", names.VLLM_E2E_LATENCY, 60.0, REQUEST_LATENCY_BUCKETS,
                    description="end-to-end request latency"),
     )
     # Multi-window multi-burn-rate alerting (Google SRE workbook), for a 30-day objective.

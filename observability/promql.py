@@ -3,6 +3,8 @@ rates over `$__rate_interval`, quantiles `sum by (le)`, ratios divided by `(x > 
 
 from __future__ import annotations
 
+from vllm_triton_observable.metrics import names
+
 # Selectors from the dashboard variables. vLLM's families carry `engine`; Triton's and the backend's do not.
 TRITON = 'job=~"$job", instance=~"$instance", model=~"$model"'
 VLLM = TRITON + ', engine=~"$engine"'
@@ -41,9 +43,9 @@ def error_ratio(vllm_selector: str, triton_selector: str, by: str = "", window: 
     """Failed over finished requests: vLLM's finished_reason="error" plus Triton's failures (cancellations
     excluded). `rate(a) or rate(b)` inside one sum keeps the ratio defined when either side has no series."""
     grouping = f" by ({by})" if by else ""
-    triton_failures = rate("nv_inference_request_failure", triton_selector, 'reason!="CANCELED"', window)
-    vllm_errors = rate("vllm:request_success_total", vllm_selector, 'finished_reason="error"', window)
-    vllm_finished = rate("vllm:request_success_total", vllm_selector, window=window)
+    triton_failures = rate(names.TRITON_FAILURE, triton_selector, f'{names.REASON}!="CANCELED"', window)
+    vllm_errors = rate(names.VLLM_REQUEST_SUCCESS, vllm_selector, f'{names.FINISHED_REASON}="error"', window)
+    vllm_finished = rate(names.VLLM_REQUEST_SUCCESS, vllm_selector, window=window)
     errors = f"sum{grouping} ({vllm_errors} or {triton_failures})"
     total = f"sum{grouping} ({vllm_finished} or {triton_failures})"
     return ratio(errors, total)

@@ -1,0 +1,185 @@
+"""The health monitor's probe timeout, recovery policies, restart backoff and stop, through `health.ports` fakes.
+
+Real time with short settings (tens of milliseconds); the real-engine faults are in tests/integration/test_health.py.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+
+from vllm_triton_observable.common.errors import EngineUnavailable
+from vllm_triton_observable.common.vocabulary import HealthState
+from vllm_triton_observable.health.heartbeat import Heartbeat
+from vllm_triton_observable.health.monitor import HealthMonitor
+from vllm_triton_observable.health.settings import HealthSettings, Recovery
+
+FAST = dict(enabled=True, check_interval_s=0.01, probe_timeout_s=0.05, degraded_probe_s=0.02, failure_threshold=2,
+            stall_timeout_s=30.0, restart_max_attempts=2, restart_backoff_s=0.05)
+
+
+class FakeEngine:
+    """An engine whose probe answers instantly, never (hung), and which can be dead or fail to restart."""
+
+    def __init__(self) -> None:
+        self.dead: str | None = None
+        self.hung = False
+        self.probes: list[concurrent.futures.Future[float]] = []
+        self.restart_failures = 0
+        self.restarts: list[float] = []
+        self.generates = 0
+
+    def running(self) -> bool:
+        return True
+
+    def dead_reason(self) -> str | None:
+        return self.dead
+
+    def start_probe(self, timeout_s: float) -> concurrent.futures.Future[float]:
+        future: concurrent.futures.Future[float] = concurrent.futures.Future()
+        if not self.hung:
+            future.set_result(0.001)
+        self.probes.append(future)
+        return future
+
+    def generate_one_token(self, timeout_s: float) -> None:
+        self.generates += 1
+        if self.hung:
+            raise TimeoutError
+
+    def restart(self) -> None:
+        self.restarts.append(time.monotonic())
+        if len(self.restarts) <= self.restart_failures:
+            raise RuntimeError("no memory")
+        self.dead, self.hung = None, False
+
+
+class FakeRequests:
+    def __init__(self) -> None:
+        self.refusal: list[Exception | None] = []
+        self.failed: list[Exception] = []
+
+    def inflight_count(self) -> int:
+        return 0
+
+    def refuse_new_requests(self, error: Exception | None) -> None:
+        self.refusal.append(error)
+
+    def fail_inflight(self, error: Exception) -> None:
+        self.failed.append(error)
+
+
+class FakeReport:
+    def __init__(self) -> None:
+        self.states: list[HealthState] = []
+        self.latencies: list[float] = []
+        self.restart_count = 0
+
+    def update(self, state: HealthState, failures: int, stalled_for: float) -> None:
+        if not self.states or self.states[-1] is not state:
+            self.states.append(state)
+
+    def probe_latency(self, seconds: float) -> None:
+        self.latencies.append(seconds)
+
+    def restarted(self) -> None:
+        self.restart_count += 1
+
+
+class Log:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def __getattr__(self, level: str):
+        return lambda message: self.lines.append(f"{level}: {message}")
+
+
+def monitor(recovery: Recovery, unload=None, **overrides):
+    engine, requests, report, log = FakeEngine(), FakeRequests(), FakeReport(), Log()
+    settings = HealthSettings(**{**FAST, "recovery": recovery, **overrides})
+    m = HealthMonitor(settings, "m", engine=engine, requests=requests, heartbeat=Heartbeat(), log=log,
+                      report=report, unload=unload)
+    return m, engine, requests, report, log
+
+
+def tick_for(m: HealthMonitor, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        m.tick()
+        time.sleep(0.005)
+
+
+def test_a_probe_that_never_answers_times_out_degrades_then_fails():
+    m, engine, requests, report, log = monitor(Recovery.FAIL)
+    tick_for(m, 0.05)
+    assert report.latencies and report.states == [HealthState.HEALTHY]
+    engine.hung = True
+    tick_for(m, 0.3)
+    assert report.states == [HealthState.HEALTHY, HealthState.DEGRADED, HealthState.UNHEALTHY]
+    assert any("no answer within 0.05 s (HEALTH_PROBE_TIMEOUT_S)" in line for line in log.lines), log.lines
+    unanswered = [p for p in engine.probes if p.cancelled() or not p.done()]
+    assert len(unanswered) >= 2 and all(p.cancelled() for p in unanswered[:-1])  # timed out probes are cancelled
+    assert isinstance(requests.refusal[-1], EngineUnavailable) and isinstance(requests.failed[-1], EngineUnavailable)
+    assert engine.restarts == []  # `fail` never restarts
+
+
+def test_fail_recovers_when_the_engine_generates_again():
+    m, engine, requests, report, _ = monitor(Recovery.FAIL)
+    engine.hung = True
+    tick_for(m, 0.3)
+    assert m.evaluator.state is HealthState.UNHEALTHY and engine.generates > 0
+    engine.hung = False
+    tick_for(m, 0.1)
+    assert m.evaluator.state is HealthState.HEALTHY
+    assert requests.refusal[-1] is None and report.states[-1] is HealthState.HEALTHY
+
+
+def test_restart_backs_off_exponentially_and_recovers():
+    m, engine, requests, report, log = monitor(Recovery.RESTART, restart_max_attempts=3)
+    engine.dead, engine.restart_failures = "EngineCore died", 1
+    started = time.monotonic()
+    m.tick()  # dead → unhealthy → restart (blocks through the backoff, as on the monitor's thread)
+    first, second = engine.restarts
+    assert first - started >= 0.05 and second - first >= 0.1  # backoff, then doubled
+    assert report.restart_count == 1 and m.evaluator.state is HealthState.HEALTHY
+    assert requests.refusal == [requests.refusal[0], None] and isinstance(requests.refusal[0], EngineUnavailable)
+    assert any("engine restart attempt 1 failed: RuntimeError: no memory" in line for line in log.lines)
+
+
+def test_restart_gives_up_and_unloads_when_it_may():
+    unloaded = threading.Event()
+    m, engine, _, report, log = monitor(Recovery.RESTART, unload=unloaded.set)
+    engine.dead, engine.restart_failures = "EngineCore died", 99
+    m.tick()
+    assert len(engine.restarts) == 2 and report.restart_count == 0
+    assert unloaded.wait(2) and any("every restart attempt failed: unloading" in line for line in log.lines)
+
+
+def test_restart_gives_up_and_stays_refusing_without_unload():
+    m, engine, requests, _, log = monitor(Recovery.RESTART)
+    engine.dead, engine.restart_failures = "EngineCore died", 99
+    m.tick()
+    probes = len(engine.probes)
+    tick_for(m, 0.1)
+    assert len(engine.probes) == probes and len(engine.restarts) == 2  # finished: no more probes or attempts
+    assert isinstance(requests.refusal[-1], EngineUnavailable)
+    assert any("the model stays loaded and refuses requests" in line for line in log.lines)
+
+
+def test_unload_policy_unloads_at_once():
+    unloaded = threading.Event()
+    m, engine, _, _, _ = monitor(Recovery.UNLOAD, unload=unloaded.set)
+    engine.dead = "EngineCore died"
+    m.tick()
+    assert unloaded.wait(2) and engine.restarts == []
+
+
+def test_stop_interrupts_a_restart_backoff():
+    m, engine, _, _, _ = monitor(Recovery.RESTART, restart_backoff_s=30.0)
+    engine.dead = "EngineCore died"
+    m.start()
+    time.sleep(0.6)  # the monitor's thread noticed the death and waits out the 30-s backoff
+    started = time.monotonic()
+    m.stop()
+    assert time.monotonic() - started < 2 and engine.restarts == []

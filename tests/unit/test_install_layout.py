@@ -1,0 +1,52 @@
+"""What `make install-backend` puts into a Triton backend directory: `model.py` and one package with a
+project-specific name, which imports cleanly when modules named `backend`, `metrics`, `health` and `common` come
+first on `sys.path` (as other code in a Triton container may put them)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+GENERIC = ("backend", "metrics", "health", "common")
+
+IMPORT_EVERYTHING = """
+import importlib, pkgutil, sys
+sys.path[:0] = [{decoys!r}, {dest!r}]
+import model
+import vllm_triton_observable as package
+modules = [info.name for info in pkgutil.walk_packages(package.__path__, package.__name__ + ".")]
+for name in modules:
+    importlib.import_module(name)
+assert package.__file__.startswith({dest!r}), package.__file__
+assert not set({generic!r}) & set(sys.modules), sorted(set({generic!r}) & set(sys.modules))
+print(len(modules))
+"""
+
+
+def test_the_installed_backend_is_model_py_and_one_package(tmp_path):
+    dest = tmp_path / "vllm"
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "assemble_backends.py"), "--vllm-only", str(dest)],
+                   check=True)
+    assert sorted(p.name for p in dest.iterdir()) == ["model.py", "vllm_triton_observable"]
+    package = dest / "vllm_triton_observable"
+    assert sorted(p.name for p in package.iterdir()) == ["__init__.py", *sorted(GENERIC)]
+    assert not (package / "backend" / "model.py").exists()
+
+
+def test_it_imports_next_to_modules_with_generic_names(tmp_path):
+    dest = tmp_path / "vllm"
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "assemble_backends.py"), "--vllm-only", str(dest)],
+                   check=True)
+    decoys = tmp_path / "decoys"
+    for name in GENERIC:
+        (decoys / name).mkdir(parents=True)
+        (decoys / name / "__init__.py").write_text(f"raise ImportError('the decoy {name} was imported')\n")
+    # Only Triton's stub provides this module; importing ours needs no more than its name.
+    (decoys / "triton_python_backend_utils.py").write_text("TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1\n")
+    code = IMPORT_EVERYTHING.format(decoys=str(decoys), dest=str(dest), generic=GENERIC)
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                            env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert int(result.stdout.split()[-1]) >= 30  # every module of every room was imported
