@@ -16,9 +16,10 @@ from observability.promql import error_ratio
 from vllm_triton_observable.metrics import names
 from vllm_triton_observable.metrics.registry import le_label
 
-ENGINE = "job, instance, model, model_instance, engine"
-INSTANCE = "job, instance, model, model_instance"
-MODEL = "job, instance, model"
+# Grouping labels: Prometheus' target labels, then the backend's.
+MODEL = f"job, instance, {names.MODEL}"
+INSTANCE = f"{MODEL}, {names.MODEL_INSTANCE}"
+ENGINE = f"{INSTANCE}, {names.ENGINE}"
 SLO_WINDOWS = ("5m", "30m", "1h", "2h", "6h", "1d", "3d")
 
 
@@ -251,7 +252,7 @@ def alerts(config: Config) -> list[Alert]:
         ),
         Alert(
             name="VllmMetricsErrors",
-            expr=f"sum by ({INSTANCE}, stage) (increase({names.METRICS_ERRORS}{s()}[10m])) > 0",
+            expr=f"sum by ({INSTANCE}, {names.STAGE}) (increase({names.METRICS_ERRORS}{s()}[10m])) > 0",
             for_=config.metrics_errors_for,
             severity="warning",
             summary="The backend's metrics path fails.",

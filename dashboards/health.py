@@ -23,7 +23,8 @@ def build(config: Config, slo_buckets: dict[str, tuple[float, ...]]) -> Dashboar
                           (sel(names.ENGINE_HEALTHY, TRITON), "{{model_instance}}"),
                           thresholds=[(None, "red"), (1, "green")]))
         .with_panel(graph("Health state", "Which state each instance is in (healthy, degraded, unhealthy).", "none",
-                          (f"max by (model_instance, state) ({sel(names.ENGINE_HEALTH_STATE, TRITON)}) == 1",
+                          (f"max by ({names.MODEL_INSTANCE}, {names.STATE}) "
+                           f"({sel(names.ENGINE_HEALTH_STATE, TRITON)}) == 1",
                            "{{model_instance}} {{state}}")))
         .with_panel(graph("Probe latency", "p50 and p99 of the active engine probe's round trip.", "s",
                           (quantile(0.5, names.ENGINE_PROBE_LATENCY, TRITON), "p50"),
@@ -35,12 +36,12 @@ def build(config: Config, slo_buckets: dict[str, tuple[float, ...]]) -> Dashboar
                           "in flight (0 when idle); the stall watchdog's measure.", "s",
                           (sel(names.ENGINE_SECONDS_SINCE_PROGRESS, TRITON), "{{model_instance}}"), span=8))
         .with_panel(graph("Engine restarts", "Engines replaced in place (HEALTH_RECOVERY=restart) per hour.", "short",
-                          (f"sum by (model_instance) (increase({sel(names.ENGINE_RESTARTS, TRITON)}"
+                          (f"sum by ({names.MODEL_INSTANCE}) (increase({sel(names.ENGINE_RESTARTS, TRITON)}"
                            f"[$__rate_interval]))", "{{model_instance}}"), span=24))
         .with_row(row("Exporter"))
         .with_panel(graph("Metrics errors", "Failures inside the metrics path per second, by stage: record "
                           "(vLLM's stat logger) and publish (to Triton). Should be 0; the engine keeps serving.",
-                          "short", (sum_rate(names.METRICS_ERRORS, TRITON, "model_instance, stage"),
+                          "short", (sum_rate(names.METRICS_ERRORS, TRITON, f"{names.MODEL_INSTANCE}, {names.STAGE}"),
                                     "{{stage}} {{model_instance}}")))
         .with_panel(graph("Seconds since vLLM's last stats", "Seconds since the engine last reported stats "
                           "(grows while idle).", "s",

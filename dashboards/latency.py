@@ -39,9 +39,9 @@ def build(config: Config, slo_buckets: dict[str, tuple[float, ...]]) -> Dashboar
                           (quantile(0.95, names.VLLM_TIME_PER_OUTPUT_TOKEN, VLLM), "p95"), span=12))
         .with_row(row("Per model"))
         .with_panel(graph("TTFT p95 by model", "95th percentile time to first token for each model.", "s",
-                          (quantile(0.95, names.VLLM_TTFT, VLLM, "model"), "{{model}}"), span=8))
+                          (quantile(0.95, names.VLLM_TTFT, VLLM, names.MODEL), "{{model}}"), span=8))
         .with_panel(graph("Inter-token p95 by model", "95th percentile inter-token latency for each model.", "s",
-                          (quantile(0.95, names.VLLM_INTER_TOKEN_LATENCY, VLLM, "model"), "{{model}}"), span=8))
+                          (quantile(0.95, names.VLLM_INTER_TOKEN_LATENCY, VLLM, names.MODEL), "{{model}}"), span=8))
         .with_panel(graph("End-to-end p95 by model", "95th percentile request latency for each model.", "s",
-                          (quantile(0.95, names.VLLM_E2E_LATENCY, VLLM, "model"), "{{model}}"), span=8))
+                          (quantile(0.95, names.VLLM_E2E_LATENCY, VLLM, names.MODEL), "{{model}}"), span=8))
     )

@@ -37,10 +37,10 @@ def dashboard(uid: str, title: str, description: str, config: Config, slo_bucket
                                             f'label_values({names.TRITON_SUCCESS}{{job=~"$job"}}, instance)'))
              .with_variable(_label_variable(
                  "model", "model", f'label_values({names.TRITON_SUCCESS}{{job=~"$job", instance=~"$instance"}}, '
-                                   "model)"))
+                                   f"{names.MODEL})"))
              .with_variable(_label_variable(
                  "engine", "engine", f'label_values({names.VLLM_RUNNING}{{job=~"$job", instance=~"$instance", '
-                                     'model=~"$model"}, engine)')))
+                                     f'{names.MODEL}=~"$model"}}, {names.ENGINE})')))
     for slo in config.slos:
         board = board.with_variable(_slo_variable(f"slo_{slo.name.lower()}", f"{slo.name} SLO (s)",
                                                   slo_buckets[slo.histogram], slo.threshold_s))

@@ -44,7 +44,7 @@ def build(config: Config, slo_buckets: dict[str, tuple[float, ...]]) -> Dashboar
                            f"min({sel(names.ENGINE_HEALTHY, TRITON)})",
                            thresholds=[(None, "red"), (1, "green")]))
         .with_panel(graph("Requests by finish reason", "Finished requests per second by vLLM's finish reason.",
-                          "reqps", (sum_rate(names.VLLM_REQUEST_SUCCESS, VLLM, "finished_reason"),
+                          "reqps", (sum_rate(names.VLLM_REQUEST_SUCCESS, VLLM, names.FINISHED_REASON),
                                     "{{finished_reason}}"), span=12))
         .with_panel(graph("Tokens/s", "Prompt (input) and generated (output) tokens per second.", "short",
                           (sum_rate(names.VLLM_PROMPT_TOKENS, VLLM), "input"),
@@ -65,7 +65,7 @@ def build(config: Config, slo_buckets: dict[str, tuple[float, ...]]) -> Dashboar
                           (f"sum({sel(names.VLLM_RUNNING, VLLM)})", "running"),
                           (f"sum({sel(names.VLLM_WAITING, VLLM)})", "waiting")))
         .with_panel(graph("KV-cache usage", "Fraction of the KV cache in use, per model instance and engine.",
-                          "percentunit", (f"max by (model, model_instance, engine) "
+                          "percentunit", (f"max by ({names.MODEL}, {names.MODEL_INSTANCE}, {names.ENGINE}) "
                                           f"({sel(names.VLLM_KV_CACHE_USAGE, VLLM)})",
                                           "{{model_instance}} engine {{engine}}"),
                           thresholds=[(None, "green"), (config.kv_cache_warning, "orange"),

@@ -25,9 +25,9 @@ def build(config: Config, slo_buckets: dict[str, tuple[float, ...]]) -> Dashboar
                           thresholds=[(None, "green"), (config.kv_cache_warning, "orange"),
                                       (config.kv_cache_critical, "red")]))
         .with_panel(graph("Preemptions/s", "Requests preempted by the scheduler per second (KV cache exhausted).",
-                          "short", (sum_rate(names.VLLM_PREEMPTIONS, VLLM, "model"), "{{model}}")))
+                          "short", (sum_rate(names.VLLM_PREEMPTIONS, VLLM, names.MODEL), "{{model}}")))
         .with_panel(graph("Waiting requests by reason", "Requests waiting for capacity or deferred, per reason.",
-                          "short", (f"sum by (reason) ({sel(names.VLLM_WAITING_BY_REASON, VLLM)})",
+                          "short", (f"sum by ({names.REASON}) ({sel(names.VLLM_WAITING_BY_REASON, VLLM)})",
                                     "{{reason}}")))
         .with_panel(graph("Tokens per engine step", "Tokens processed per engine step (prefill + decode): mean "
                           "and p95; the batch size the engine achieves.", "short",
@@ -40,9 +40,9 @@ def build(config: Config, slo_buckets: dict[str, tuple[float, ...]]) -> Dashboar
                                  sum_rate(names.VLLM_PREFIX_CACHE_QUERIES, VLLM)), "hit ratio")))
         .with_panel(graph("Cached prompt tokens by source", "Prompt tokens per second served from a cache, by "
                           "cache tier.", "short",
-                          (sum_rate(names.VLLM_PROMPT_TOKENS_CACHED_BY_SOURCE, VLLM, "source"), "{{source}}")))
+                          (sum_rate(names.VLLM_PROMPT_TOKENS_CACHED_BY_SOURCE, VLLM, names.SOURCE), "{{source}}")))
         .with_panel(graph("Prompt tokens by source", "Prompt tokens per second computed locally, hit in the local "
                           "cache, or transferred from an external KV store.", "short",
-                          (sum_rate(names.VLLM_PROMPT_TOKENS_BY_SOURCE, VLLM, "source"), "{{source}}"),
+                          (sum_rate(names.VLLM_PROMPT_TOKENS_BY_SOURCE, VLLM, names.SOURCE), "{{source}}"),
                           span=24))
     )

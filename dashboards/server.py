@@ -16,7 +16,7 @@ HOST = 'job=~"$job", instance=~"$instance"'
 
 def per_request(duration_us: str) -> str:
     """Seconds per request from one of Triton's cumulative microsecond counters."""
-    return ratio(sum_rate(duration_us, TRITON, "model"), sum_rate(names.TRITON_SUCCESS, TRITON, "model")
+    return ratio(sum_rate(duration_us, TRITON, names.MODEL), sum_rate(names.TRITON_SUCCESS, TRITON, names.MODEL)
                  ) + " / 1e6"
 
 
@@ -27,11 +27,11 @@ def build(config: Config, slo_buckets: dict[str, tuple[float, ...]]) -> Dashboar
         board.with_row(row("Requests"))
         .with_panel(graph("Triton successes vs vLLM finished requests", "Triton's successful requests next to "
                           "vLLM's finished requests: a gap means requests failing before or after the engine.",
-                          "reqps", (sum_rate(names.TRITON_SUCCESS, TRITON, "model"), "triton {{model}}"),
-                          (sum_rate(names.VLLM_REQUEST_SUCCESS, VLLM, "model"), "vllm {{model}}")))
+                          "reqps", (sum_rate(names.TRITON_SUCCESS, TRITON, names.MODEL), "triton {{model}}"),
+                          (sum_rate(names.VLLM_REQUEST_SUCCESS, VLLM, names.MODEL), "vllm {{model}}")))
         .with_panel(graph("Triton failures by reason", f"{names.TRITON_FAILURE} per second by reason "
                           "(REJECTED, CANCELED, BACKEND, OTHER).", "reqps",
-                          (sum_rate(names.TRITON_FAILURE, TRITON, "model, reason"),
+                          (sum_rate(names.TRITON_FAILURE, TRITON, f"{names.MODEL}, {names.REASON}"),
                            "{{model}} {{reason}}")))
         .with_panel(graph("Pending in Triton vs in the engine", "Requests Triton holds (pending) next to the "
                           "engine's running and waiting requests and the backend's in-flight count.", "short",
@@ -46,7 +46,7 @@ def build(config: Config, slo_buckets: dict[str, tuple[float, ...]]) -> Dashboar
                           (per_request(names.TRITON_COMPUTE_INFER_DURATION), "compute {{model}}")))
         .with_panel(graph("Requests by outcome (backend)", "Requests the backend finished, by outcome: completed, "
                           "cancelled by the client, rejected (bad input), failed.", "reqps",
-                          (sum_rate(names.REQUESTS_FINISHED, TRITON, "outcome"), "{{outcome}}"),
+                          (sum_rate(names.REQUESTS_FINISHED, TRITON, names.OUTCOME), "{{outcome}}"),
                           span=24))
         .with_row(row("Host"))
         .with_panel(graph("CPU utilization", "Triton's host CPU utilization (0-1).", "percentunit",

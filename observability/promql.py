@@ -6,8 +6,8 @@ from __future__ import annotations
 from vllm_triton_observable.metrics import names
 
 # Selectors from the dashboard variables. vLLM's families carry `engine`; Triton's and the backend's do not.
-TRITON = 'job=~"$job", instance=~"$instance", model=~"$model"'
-VLLM = TRITON + ', engine=~"$engine"'
+TRITON = f'job=~"$job", instance=~"$instance", {names.MODEL}=~"$model"'
+VLLM = TRITON + f', {names.ENGINE}=~"$engine"'
 
 
 def sel(metric: str, selector: str, extra: str = "") -> str:

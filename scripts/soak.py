@@ -28,10 +28,10 @@ import psutil
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from vllm_triton_observable.metrics import names
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent)]
 from triton_launcher import ROOT, TritonServer, write_model  # noqa: E402
+
+from vllm_triton_observable.metrics import names  # noqa: E402
 
 MODEL = "vllm_model"
 BAD = [  # (request body, the message the client must get)

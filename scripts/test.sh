@@ -5,4 +5,5 @@ source "$(dirname "$0")/env.sh"
 STEP=test
 cd "$ROOT"
 say "running the test suite (integration tests start real tritonserver + vLLM processes)"
-exec python -m pytest "$@"
+# Two workers: one owns the explicit-mode server, the other the default one (tests/conftest.py).
+exec python -m pytest -n 2 --dist loadgroup --no-loadscope-reorder --durations=12 "$@"

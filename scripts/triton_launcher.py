@@ -36,12 +36,12 @@ def shm_entries() -> set[str]:
     return {p.name for pattern in SHM_GLOBS for p in Path("/dev/shm").glob(pattern)}
 
 
-def shm_in_use() -> set[str]:
-    """Names under /dev/shm that some live process has open or mapped."""
+def shm_in_use(processes: list[Any] | None = None) -> set[str]:
+    """Names under /dev/shm that these live processes (default: all) have open or mapped."""
     import psutil
 
     used: set[str] = set()
-    for process in psutil.process_iter():
+    for process in psutil.process_iter() if processes is None else processes:
         try:
             paths = [f.path for f in process.open_files()] + [m.path for m in process.memory_maps(grouped=True)]
         except psutil.Error:
@@ -74,10 +74,13 @@ def free_port() -> int:
     Triton binds its metrics port only after every model has loaded, a minute or more after the port was chosen;
     a port from the ephemeral range can meanwhile be taken by any outgoing connection or by an engine's
     randomly bound sockets ("Socket already in use"). Ports below the range are only ever taken on purpose.
+    Parallel test workers (pytest-xdist's PYTEST_XDIST_WORKER=gw<N>) draw from slices of their own.
     """
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0) % 4
+    low = 20000 + worker * 3000
     rng = random.SystemRandom()
     while True:
-        port = rng.randrange(20000, 32000)
+        port = rng.randrange(low, low + 3000)
         if port not in _HANDED_OUT and port_free("127.0.0.1", port):
             _HANDED_OUT.add(port)  # never twice in one process (servers started together would collide)
             return port
@@ -205,6 +208,7 @@ class TritonServer:
         if self.process is None:
             return
         pgid = self.process.pid
+        ours = shm_in_use(self._tree())  # only these may be cleaned up: other servers may run beside this one
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -217,7 +221,7 @@ class TritonServer:
         self.forced_kills = members
         self._kill_group(pgid)
         self.process.wait()
-        self.removed_shm = self._remove_leftover_shm()
+        self.removed_shm = self._remove_leftover_shm(ours)
         self.process = None
 
     @property
@@ -249,9 +253,18 @@ class TritonServer:
                 return
             time.sleep(0.1)
 
-    def _remove_leftover_shm(self) -> list[str]:
-        in_use = shm_in_use()
-        leftovers = sorted(shm_entries() - self._shm_before - in_use)
+    def _tree(self) -> list[Any]:
+        import psutil
+
+        try:
+            root = psutil.Process(self.process.pid)
+            return [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return []
+
+    def _remove_leftover_shm(self, ours: set[str]) -> list[str]:
+        """What this server's processes had mapped, still exists and nothing uses any more."""
+        leftovers = sorted((ours & shm_entries()) - self._shm_before - shm_in_use())
         for name in leftovers:
             (Path("/dev/shm") / name).unlink(missing_ok=True)
         return leftovers

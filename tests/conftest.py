@@ -1,9 +1,58 @@
-"""Shared test setup: the repository's packages and scripts importable, as they are inside Triton."""
+"""Shared test setup: the repository's packages and scripts importable, and the order of a parallel run.
+
+`make test` runs the suite in two pytest-xdist workers (`--dist loadgroup`). Every test that uses a shared
+server goes to the one worker that starts it (group "explicit" or "shared"); the other integration modules start
+servers of their own per module and stay together (group = module). The longest groups are handed out first.
+"""
 
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 for path in (ROOT, ROOT / "scripts"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
+
+# The explicit-mode server's group first, on one worker; the other worker runs the modules with servers of their own
+# and then the shared default-mode server's group, so that no more than two servers' engines are up at once (each
+# engine takes ≈ 2.3 GB; see README "Tests"). Kept in this order by --no-loadscope-reorder.
+GROUP_ORDER = ("explicit", "test_model_config", "test_serve", "test_bench", "shared")
+
+
+def group_of(item: pytest.Item) -> str | None:
+    if "explicit_server" in item.fixturenames:
+        return "explicit"
+    if "server" in item.fixturenames:
+        return "shared"
+    if "integration" in item.path.parts:
+        return item.path.stem
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        group = group_of(item)
+        return GROUP_ORDER.index(group) if group in GROUP_ORDER else len(GROUP_ORDER)
+
+    for item in items:
+        group = group_of(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=rank)  # stable: the order within a group is the collection order
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Collect the figures tests report with `record_property("report", text)` (workers' output is not shown)."""
+    if report.when == "call":
+        REPORTED.extend(text for name, text in report.user_properties if name == "report")
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    for text in REPORTED:
+        terminalreporter.write_line(text)
+
+
+REPORTED: list[str] = []

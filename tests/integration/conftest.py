@@ -1,9 +1,19 @@
-"""The shared real server: tritonserver + this backend + vLLM engines for the tiny model.
+"""The shared real servers: tritonserver + this backend + vLLM engines for the tiny model.
 
-Models (one server, started once per session, because each engine takes ~30-60 s to start on CPU):
+Each is started once per session (an engine takes ~30-60 s to start on CPU), when a test first needs it.
+
+`server` (default model-control mode):
   vllm_model      the official sample's layout, REPORT_CUSTOM_METRICS "true", health monitor on
   vllm_lora       multi-LoRA (multi_lora.json), two instances (two engines), metrics on
   vllm_nometrics  REPORT_CUSTOM_METRICS unset
+
+`explicit_server` (--model-control-mode=explicit: repository API, HEALTH_RECOVERY=unload), for the fault and
+lifecycle tests; short health timeouts so that each fault resolves in seconds:
+  h_restart, h_unload, h_fail   health monitor on with that recovery policy
+  h_off                         health monitor off (the official backend's behaviour)
+  life, short_drain             no health monitor; short_drain has UNLOAD_DRAIN_TIMEOUT_S 1
+The fault tests (test_health.py) run first; the lifecycle tests (test_lifecycle.py) then load their own two models
+through the repository API (by then the fault tests have unloaded or killed two engines: the memory they need).
 """
 
 from __future__ import annotations
@@ -11,11 +21,23 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers import BASE_ENGINE, TINY_LORA, server_env, write_model
+from helpers import BASE_ENGINE, TINY_LORA, explicit_mode_server, server_env, write_model
 from triton_launcher import TritonServer
 
 LORA_ENGINE = {**BASE_ENGINE, "enable_lora": True, "max_lora_rank": 8, "max_loras": 1}
 METRICS_ON = {"REPORT_CUSTOM_METRICS": "true"}
+FAST_HEALTH = {"ENABLE_VLLM_HEALTH_CHECK": "true", "REPORT_CUSTOM_METRICS": "true", "HEALTH_CHECK_INTERVAL_S": "0.5",
+               "HEALTH_PROBE_TIMEOUT_S": "1", "HEALTH_STALL_TIMEOUT_S": "3", "HEALTH_RESTART_BACKOFF_S": "0.5",
+               "HEALTH_RESTART_MAX_ATTEMPTS": "2"}
+EXPLICIT_MODELS = {
+    "h_restart": {**FAST_HEALTH, "HEALTH_RECOVERY": "restart"},
+    "h_unload": {**FAST_HEALTH, "HEALTH_RECOVERY": "unload"},
+    "h_fail": {**FAST_HEALTH, "HEALTH_RECOVERY": "fail"},
+    "h_off": METRICS_ON,
+    "life": {},
+    "short_drain": {"UNLOAD_DRAIN_TIMEOUT_S": "1"},
+}
+EXPLICIT_STARTUP = ["h_restart", "h_unload", "h_fail", "h_off"]
 
 
 @pytest.fixture(scope="session")
@@ -27,4 +49,11 @@ def server(tmp_path_factory):
     write_model(repo, "vllm_nometrics")
     with TritonServer(repo, env=server_env()) as triton:
         triton.wait_ready(timeout=900)
+        yield triton
+
+
+@pytest.fixture(scope="session")
+def explicit_server(tmp_path_factory):
+    with explicit_mode_server(tmp_path_factory.mktemp("explicit_repository"), EXPLICIT_MODELS,
+                              EXPLICIT_STARTUP) as triton:
         yield triton

@@ -14,24 +14,31 @@ from typing import Any
 import numpy as np
 import psutil
 import requests
+import triton_launcher
 from prometheus_client.parser import text_string_to_metric_families
-from triton_launcher import TINY_ENGINE, TINY_MODEL, TritonServer, write_model  # noqa: F401 - re-exported
+from triton_launcher import TINY_ENGINE, TINY_MODEL, TritonServer  # noqa: F401 - re-exported
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_LORA = TINY_MODEL.with_name("tiny-llama-lora")
-BASE_ENGINE = TINY_ENGINE
-# 1 GiB KV caches (an integer number of GiB) so that several engines fit beside each other.
-TEST_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}
+# A 256 MiB KV cache (65,536 tokens of the tiny model) per test engine, so that the two test workers' servers fit
+# in memory side by side. vLLM lets VLLM_CPU_KVCACHE_SPACE (whole GiB, set by scripts/env.sh) override
+# kv_cache_memory_bytes, so the servers of these models run without it (server_env).
+BASE_ENGINE = {**TINY_ENGINE, "kv_cache_memory_bytes": 256 * 2**20}
+
+
+def write_model(repo: Path, name: str, engine: dict[str, Any] | str | None = None, **options: Any) -> Path:
+    return triton_launcher.write_model(repo, name, BASE_ENGINE if engine is None else engine, **options)
 
 
 @contextmanager
-def explicit_mode_server(repo: Path, models: dict[str, dict[str, str]]) -> Iterator[Any]:
-    """A server in explicit model-control mode (repository API, unload recovery) with these models loaded."""
+def explicit_mode_server(repo: Path, models: dict[str, dict[str, str]], startup: list[str]) -> Iterator[Any]:
+    """A server in explicit model-control mode (repository API, unload recovery) with these models in its
+    repository, `startup` of them loaded (the others are loaded through the repository API when needed)."""
     for name, params in models.items():
         write_model(repo, name, params=params)
-    args = ["--model-control-mode=explicit", *(f"--load-model={name}" for name in models)]
+    args = ["--model-control-mode=explicit", *(f"--load-model={name}" for name in startup)]
     with TritonServer(repo, env=server_env(), extra_args=args) as triton:
-        triton.wait_ready(timeout=900, models=list(models))
+        triton.wait_ready(timeout=900, models=startup)
         yield triton
 
 
@@ -165,4 +172,5 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, interval: f
 
 
 def server_env() -> dict[str, str]:
-    return {**os.environ, **TEST_ENV}
+    """The environment of a server whose models are written by `write_model` (their KV cache size is theirs)."""
+    return {k: v for k, v in os.environ.items() if k != "VLLM_CPU_KVCACHE_SPACE"}

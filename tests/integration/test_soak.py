@@ -2,10 +2,11 @@
 scrapes at once end with no unexpected error and nothing in flight (the full run's figures are in the README)."""
 
 import json
+import os
 import subprocess
 import sys
 
-from helpers import ROOT, server_env
+from helpers import ROOT
 
 
 def test_soak_smoke_run(server, tmp_path):
@@ -14,7 +15,8 @@ def test_soak_smoke_run(server, tmp_path):
         [sys.executable, str(ROOT / "scripts" / "soak.py"), "--duration", "30", "--workers", "4",
          "--attach", str(server.http_port), str(server.grpc_port), str(server.metrics_port),
          "--server-pid", str(server.process.pid), "--output", str(output)],
-        capture_output=True, text=True, timeout=300, env=server_env())
+        capture_output=True, text=True, timeout=300, env=dict(os.environ))
+    assert output.exists(), result.stdout[-3000:] + result.stderr[-3000:]
     report = json.loads(output.read_text())
     assert report["unexpected_errors"] == [], result.stdout[-3000:]
     assert report["inflight_at_end"] == 0
