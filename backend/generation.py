@@ -23,6 +23,9 @@ from .response_encoding import chunk_from_output
 from .response_thread import InflightRequest, Outcome, ResponseThread, TritonIO
 
 UNLOADING = "the model is being unloaded; send the request again once it is loaded"
+NOT_DECOUPLED = ("stream: true needs a decoupled model, and this one is not (config.pbtxt sets "
+                 "model_transaction_policy { decoupled: false }, which serves one response per request to infer() "
+                 "and ensembles): send stream: false, or use a decoupled model for streaming")
 
 
 class GenerationService:
@@ -33,6 +36,7 @@ class GenerationService:
         lora: LoraRegistry,
         log: Any,
         on_finished: Callable[[InflightRequest, Outcome], None] | None = None,
+        decoupled: bool = True,
     ) -> None:
         from vllm.exceptions import VLLMClientError
         from vllm.sampling_params import RequestOutputKind
@@ -45,6 +49,7 @@ class GenerationService:
         self._lora = lora
         self._log = log
         self._on_finished_hook = on_finished
+        self._decoupled = decoupled  # if not, Triton accepts exactly one (final) response per request
         self._refusal: RequestError | None = None
         self.responses = ResponseThread(io, self._abort, self._finished, log.error)
 
@@ -57,6 +62,8 @@ class GenerationService:
             if self._refusal is not None:
                 raise self._refusal
             decoded = decode_request(view)
+            if decoded.stream and not self._decoupled:
+                raise InvalidRequest(NOT_DECOUPLED)
             self._lora.check(decoded.sampling.lora_name)
             inflight.options = decoded.outputs
             self._runner.submit(self._generate(decoded, inflight))

@@ -41,7 +41,8 @@ OUTPUTS: list[dict[str, Any]] = [
 
 
 def complete_config(config: Any) -> Any:
-    """Fill in a `pb_utils.ModelConfig`: decoupled, no Triton batching, every missing input/output."""
+    """Fill in a `pb_utils.ModelConfig`: decoupled unless config.pbtxt chose, no Triton batching, every missing
+    input/output."""
     current = config.as_dict()
     have_inputs = {i["name"] for i in current.get("input", [])}
     have_outputs = {o["name"] for o in current.get("output", [])}
@@ -51,7 +52,11 @@ def complete_config(config: Any) -> Any:
     for spec in OUTPUTS:
         if spec["name"] not in have_outputs:
             config.add_output(spec)
-    # Decoupled: one request streams many responses. vLLM batches on its own, so Triton must not.
-    config.set_model_transaction_policy({"decoupled": True})
+    # Decoupled by default: one request streams many responses. An explicit `model_transaction_policy` block
+    # (Triton reports it only when config.pbtxt has one) is the user's choice: `decoupled: false` serves plain
+    # `infer()` and ensembles, one response per request.
+    if "model_transaction_policy" not in current:
+        config.set_model_transaction_policy({"decoupled": True})
+    # vLLM batches on its own, so Triton must not.
     config.set_max_batch_size(0)
     return config

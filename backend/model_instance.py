@@ -37,11 +37,7 @@ class ModelInstance:
     def __init__(self, args: dict[str, str], model_dir: Path) -> None:
         self.log = TritonLogger()
         model_config = json.loads(args["model_config"])
-        if not model_config.get("model_transaction_policy", {}).get("decoupled", False):
-            raise ConfigError(
-                "the vllm backend needs a decoupled model: add `model_transaction_policy { decoupled: true }` "
-                "to config.pbtxt (or let Triton auto-complete the config)"
-            )
+        decoupled = bool(model_config.get("model_transaction_policy", {}).get("decoupled", False))
         params = config_parameters(model_config)
         check_known_keys(params, BackendSettings.KEYS | HealthSettings.keys() | PYTHON_BACKEND_KEYS)
         self.settings = BackendSettings.from_model_config(model_config)
@@ -66,7 +62,8 @@ class ModelInstance:
         # that a full collection does not pause the engine loop for a second under load.
         gc.collect()
         gc.freeze()
-        self.service = GenerationService(self.runner, PbTritonIO(), self.lora, self.log, self._finished)
+        self.service = GenerationService(self.runner, PbTritonIO(), self.lora, self.log, self._finished,
+                                         decoupled=decoupled)
         self.monitor = self._health_monitor(args["model_name"], explicit) if self.health_settings.enabled else None
         self.unload_watch = self._unload_watch(args)
         if self.metrics is not None:
@@ -75,7 +72,9 @@ class ModelInstance:
             self.monitor.start()
         if self.unload_watch is not None:
             self.unload_watch.start()
-        self.log.info(f"model {args['model_name']} (instance {args.get('model_instance_name', '?')}) is ready")
+        mode = "decoupled: streams" if decoupled else "not decoupled: one response per request, for infer()"
+        self.log.info(f"model {args['model_name']} (instance {args.get('model_instance_name', '?')}) is ready "
+                      f"({mode})")
 
     def _metrics_exporter(self, args: dict[str, str], engine_config: dict[str, Any]) -> MetricsExporter | None:
         """One clear line saying whether metrics are on and, if not, which switch is off."""

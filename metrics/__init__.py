@@ -3,6 +3,7 @@
     names.py            every metric and label name the project refers to
     registry.py         a private prometheus_client registry per model instance, and the family specs
     stat_logger.py      vLLM's PrometheusStatLogger bound to that registry, every call guarded
+    official_names.py   the official backend's family that vLLM no longer defines (time_per_output_token)
     errors.py           failures inside the metrics path, counted and logged once per kind
     publisher.py        the thread that sends changes to Triton (`pb_utils.MetricFamily`) once a second
     backend_families.py, health_families.py   the backend's own `vllm_triton_*` families

@@ -39,12 +39,19 @@ VLLM_TTFT = "vllm:time_to_first_token_seconds"
 VLLM_INTER_TOKEN_LATENCY = "vllm:inter_token_latency_seconds"
 VLLM_E2E_LATENCY = "vllm:e2e_request_latency_seconds"
 VLLM_TIME_PER_OUTPUT_TOKEN = "vllm:request_time_per_output_token_seconds"
+# The official backend's name for VLLM_INTER_TOKEN_LATENCY, gone from vLLM 0.32 (see metrics/official_names.py)
+VLLM_TIME_PER_OUTPUT_TOKEN_OFFICIAL = "vllm:time_per_output_token_seconds"
 VLLM_QUEUE_TIME = "vllm:request_queue_time_seconds"
 VLLM_PREFILL_TIME = "vllm:request_prefill_time_seconds"
 VLLM_DECODE_TIME = "vllm:request_decode_time_seconds"
 VLLM_INFERENCE_TIME = "vllm:request_inference_time_seconds"
 VLLM_REQUEST_PROMPT_TOKENS = "vllm:request_prompt_tokens"
 VLLM_REQUEST_GENERATION_TOKENS = "vllm:request_generation_tokens"
+VLLM_REQUEST_PARAMS_N = "vllm:request_params_n"
+# The 8 families the official backend exports: dashboards built on it keep working here.
+OFFICIAL_BACKEND_FAMILIES = (VLLM_PROMPT_TOKENS, VLLM_GENERATION_TOKENS, VLLM_TTFT, VLLM_TIME_PER_OUTPUT_TOKEN_OFFICIAL,
+                             VLLM_E2E_LATENCY, VLLM_REQUEST_PROMPT_TOKENS, VLLM_REQUEST_GENERATION_TOKENS,
+                             VLLM_REQUEST_PARAMS_N)
 
 # -- Triton 2.51's own families -------------------------------------------------------------------------------------
 TRITON_SUCCESS = "nv_inference_request_success"

@@ -6,6 +6,7 @@ Each is started once per session (an engine takes ~30-60 s to start on CPU), whe
   vllm_model      the official sample's layout, REPORT_CUSTOM_METRICS "true", health monitor on
   vllm_lora       multi-LoRA (multi_lora.json), two instances (two engines), metrics on
   vllm_nometrics  REPORT_CUSTOM_METRICS unset
+  vllm_infer      not decoupled (model_transaction_policy { decoupled: false }): infer() and ensembles; metrics on
 
 `explicit_server` (--model-control-mode=explicit: repository API, HEALTH_RECOVERY=unload), for the fault and
 lifecycle tests; short health timeouts so that each fault resolves in seconds:
@@ -47,6 +48,7 @@ def server(tmp_path_factory):
     write_model(repo, "vllm_lora", LORA_ENGINE, params=METRICS_ON, instances=2,
                 files={"multi_lora.json": json.dumps({"tiny-lora": str(TINY_LORA)})})
     write_model(repo, "vllm_nometrics")
+    write_model(repo, "vllm_infer", params=METRICS_ON, extra_config="model_transaction_policy { decoupled: false }\n")
     with TritonServer(repo, env=server_env()) as triton:
         triton.wait_ready(timeout=900)
         yield triton

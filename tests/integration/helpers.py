@@ -144,6 +144,12 @@ def scrape(server: Any) -> dict[str, Any]:
     return {family.name: family for family in text_string_to_metric_families(text)}
 
 
+def snapshot(server: Any) -> dict[str, Any]:
+    """A scrape that includes everything that happened before the call (the backend publishes every second)."""
+    time.sleep(1.2)
+    return scrape(server)
+
+
 def exposed_sample_name(family: Any, sample: Any) -> str:
     """The name as on the wire: prometheus_client's parser appends `_total` to every counter sample, also to a
     histogram's `_bucket`/`_sum`/`_count` series, which this backend publishes as Triton counters."""

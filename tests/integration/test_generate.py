@@ -12,19 +12,24 @@ from vllm_triton_observable.metrics import names
 
 PROMPT = "What is Triton?"
 GREEDY = {"temperature": 0, "max_tokens": 8, "ignore_eos": True}
+# The same non-streaming cases against a decoupled model and one that is not (model_transaction_policy
+# { decoupled: false }: one response per request, through the same response sender).
+BOTH_MODES = ["vllm_model", "vllm_infer"]
 
 
-def test_generate_returns_the_prompt_and_new_text(server):
-    status, body = generate(server, "vllm_model", {"text_input": PROMPT,
+@pytest.mark.parametrize("model", BOTH_MODES)
+def test_generate_returns_the_prompt_and_new_text(server, model):
+    status, body = generate(server, model, {"text_input": PROMPT,
                                                    "parameters": {"stream": False, "max_tokens": 16}})
     assert status == 200, body
     assert body["text_output"].startswith(PROMPT)
     assert len(body["text_output"]) > len(PROMPT)
 
 
-def test_exclude_input_in_output(server):
-    _, full = generate(server, "vllm_model", {"text_input": PROMPT, "parameters": GREEDY})
-    _, only_new = generate(server, "vllm_model", {"text_input": PROMPT, "exclude_input_in_output": True,
+@pytest.mark.parametrize("model", BOTH_MODES)
+def test_exclude_input_in_output(server, model):
+    _, full = generate(server, model, {"text_input": PROMPT, "parameters": GREEDY})
+    _, only_new = generate(server, model, {"text_input": PROMPT, "exclude_input_in_output": True,
                                                   "parameters": GREEDY})
     assert full["text_output"] == PROMPT + only_new["text_output"]
     assert only_new["text_output"]
@@ -41,11 +46,12 @@ def test_generate_stream_sends_deltas_that_add_up(server):
     assert sum(e["num_output_tokens"] for e in events) == GREEDY["max_tokens"]
 
 
-def test_every_return_output_non_streaming(server):
+@pytest.mark.parametrize("model", BOTH_MODES)
+def test_every_return_output_non_streaming(server, model):
     from transformers import AutoTokenizer
 
     n_prompt = len(AutoTokenizer.from_pretrained(TINY_MODEL)(PROMPT)["input_ids"])
-    status, body = generate(server, "vllm_model", {
+    status, body = generate(server, model, {
         "text_input": PROMPT, "return_finish_reason": True, "return_cumulative_logprob": True,
         "return_logprobs": True, "return_num_input_tokens": True, "return_num_output_tokens": True,
         "parameters": {**GREEDY, "logprobs": 1}})
@@ -62,24 +68,27 @@ def test_every_return_output_non_streaming(server):
     assert math.isclose(sampled, body["cumulative_logprob"], rel_tol=1e-4)
 
 
-def test_cumulative_logprob_without_logprobs_is_a_number_and_logprobs_stay_null(server):
-    status, body = generate(server, "vllm_model", {"text_input": PROMPT, "return_cumulative_logprob": True,
+@pytest.mark.parametrize("model", BOTH_MODES)
+def test_cumulative_logprob_without_logprobs_is_a_number_and_logprobs_stay_null(server, model):
+    status, body = generate(server, model, {"text_input": PROMPT, "return_cumulative_logprob": True,
                                                    "return_logprobs": True, "parameters": GREEDY})
     assert status == 200, body
     assert body["cumulative_logprob"] < 0
     assert json.loads(body["logprobs"]) is None
 
 
-def test_n_completions_give_one_element_each(server):
-    status, body = generate(server, "vllm_model", {"text_input": PROMPT, "return_num_output_tokens": True,
+@pytest.mark.parametrize("model", BOTH_MODES)
+def test_n_completions_give_one_element_each(server, model):
+    status, body = generate(server, model, {"text_input": PROMPT, "return_num_output_tokens": True,
                                                    "parameters": {"n": 3, "max_tokens": 4, "ignore_eos": True}})
     assert status == 200, body
     assert len(body["text_output"]) == 3
     assert body["num_output_tokens"] == [4, 4, 4]
 
 
-def test_sampling_parameters_input_with_string_values_as_official_clients_send(server):
-    status, body = generate(server, "vllm_model", {
+@pytest.mark.parametrize("model", BOTH_MODES)
+def test_sampling_parameters_input_with_string_values_as_official_clients_send(server, model):
+    status, body = generate(server, model, {
         "text_input": PROMPT, "return_num_output_tokens": True,
         "sampling_parameters": json.dumps({"max_tokens": "5", "temperature": "0.1", "ignore_eos": "true"})})
     assert status == 200, body
@@ -126,6 +135,10 @@ LONG_PROMPT = "word " * 1200
     ("vllm_lora", {"parameters": {"lora_name": "nope"}}, "unknown adapter 'nope'; available: tiny-lora"),
     ("vllm_model", {"stream": True, "exclude_input_in_output": False},
      "exclude_input_in_output: false is not allowed when streaming"),
+    ("vllm_infer", {"sampling_parameters": "{max_tokens: 3"}, "sampling_parameters: not valid JSON"),
+    ("vllm_infer", {"parameters": {"max_tokens": 0}}, "max_tokens must be at least 1, got 0"),
+    ("vllm_infer", {"text_input": LONG_PROMPT}, "maximum context length is 1024 tokens"),
+    ("vllm_infer", {"parameters": {"stream": True}}, "stream: true needs a decoupled model"),
 ])
 def test_bad_input_gets_a_specific_400(server, model, body, message):
     status, answer = generate(server, model, {"text_input": PROMPT, **body})

@@ -60,7 +60,8 @@ def test_every_family_vllm_defines_is_exported(server, model, engine):
         return {n for n in exposed_names(server, model) if n.startswith("vllm:")}
 
     wait_until(lambda: own <= live(), timeout=10)  # lora_requests_info appears with the first engine step
-    assert live() == own
+    official = {f"{names.VLLM_TIME_PER_OUTPUT_TOKEN_OFFICIAL}{s}" for s in ("_bucket", "_sum", "_count")}
+    assert live() == own | official  # vLLM's own, and the official backend's name vLLM no longer defines
     assert len({n.rsplit("_bucket", 1)[0] for n in own if not n.endswith(("_sum", "_count"))}) >= 39
 
 
@@ -142,6 +143,8 @@ def test_exact_deltas_after_a_scripted_workload(server):
                       names.VLLM_REQUEST_GENERATION_TOKENS, names.VLLM_QUEUE_TIME):
         assert delta(f"{histogram}_count") == n, histogram
     assert delta(f"{names.VLLM_TTFT}_count") == n
+    itl_count = delta(f"{names.VLLM_INTER_TOKEN_LATENCY}_count")
+    assert itl_count > 0 and delta(f"{names.VLLM_TIME_PER_OUTPUT_TOKEN_OFFICIAL}_count") == itl_count
     assert delta(names.REQUESTS_FINISHED, outcome="completed") == n
     assert delta(names.REQUESTS_FINISHED, outcome="rejected") == 1
 
@@ -210,3 +213,11 @@ def test_backend_info_and_exporter_health(server):
         assert series(families, names.METRICS_ERRORS, model="vllm_model", stage=stage)
         assert value(families, names.METRICS_ERRORS, model="vllm_model", stage=stage) == 0
     assert "metrics record failed" not in server.log_text() and "metrics publish failed" not in server.log_text()
+
+
+def test_the_official_backends_eight_families_are_exported(server):
+    """Dashboards built on the official backend keep working (docs/metrics.md says what each means)."""
+    generate(server, "vllm_model", {"text_input": "Hi", "parameters": {"max_tokens": 3}})
+    live = {n for n in exposed_names(server, "vllm_model")}
+    sample = {name: name if name.endswith("_total") else f"{name}_count" for name in names.OFFICIAL_BACKEND_FAMILIES}
+    assert len(sample) == 8 and set(sample.values()) <= live, set(sample.values()) - live

@@ -14,7 +14,7 @@ from io import BytesIO
 import numpy as np
 import pytest
 import requests
-from helpers import generate, grpc_inputs, scrape, value, wait_until
+from helpers import generate, grpc_inputs, scrape, snapshot, value, wait_until
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -129,12 +129,6 @@ def good_outputs(server) -> list[str]:
         assert status == 200, body
         outputs.append(body["text_output"])
     return outputs
-
-
-def snapshot(server) -> dict:
-    """A scrape that includes everything that happened before the call (the backend publishes every second)."""
-    time.sleep(1.2)
-    return scrape(server)
 
 
 def label_sets(families: dict) -> set:

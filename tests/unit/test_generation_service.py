@@ -5,6 +5,7 @@ import asyncio
 import threading
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 from test_response_thread import FakeIO, FakeSender, wait_for
 
@@ -77,10 +78,10 @@ def output(text, finished):
     return SimpleNamespace(outputs=[completion], prompt_token_ids=[1, 2], finished=finished)
 
 
-def serve(engine, view=None, hold=False):
+def serve(engine, view=None, hold=False, decoupled=True):
     log, sender = Log(), FakeSender()
     runner = Runner(engine, hold)
-    service = GenerationService(runner, FakeIO(), LoraRegistry(), log)
+    service = GenerationService(runner, FakeIO(), LoraRegistry(), log, decoupled=decoupled)
     service.submit(SimpleNamespace(get_response_sender=lambda: sender), view or View())
     return service, runner, sender, log
 
@@ -159,3 +160,13 @@ def test_drain_lets_requests_finish_then_aborts_the_rest():
     refused = FakeSender()
     service.submit(SimpleNamespace(get_response_sender=lambda: refused), View())
     assert "being unloaded" in final(refused)[2]
+
+
+def test_a_model_that_is_not_decoupled_answers_once_and_refuses_streaming():
+    _, _, sender, _ = serve(FakeEngine([output("ab", True)]), decoupled=False)
+    assert final(sender) == ("ok", ["hiab"]) and len(sender.sent) == 1  # one response, with the final flag
+    streaming = View()
+    streaming._inputs["stream"] = np.array([True])
+    _, _, sender, _ = serve(FakeEngine([output("a", True)]), streaming, decoupled=False)
+    _, code, message = final(sender)
+    assert code == "INVALID_ARG" and "needs a decoupled model" in message and "stream: false" in message

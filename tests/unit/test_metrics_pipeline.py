@@ -161,3 +161,23 @@ def test_a_failing_stat_logger_is_counted_logged_once_and_never_raises():
     publisher.flush()
     assert value(names.METRICS_ERRORS, stage="record") == 5
     assert len([line for line in logged if "metrics record failed" in line]) == 1
+
+
+def test_the_official_backends_inter_token_latency_name_gets_the_same_observations():
+    from vllm.v1.metrics.stats import IterationStats
+
+    from vllm_triton_observable.metrics.catalogue import BASE_ENGINE, vllm_config
+    from vllm_triton_observable.metrics.stat_logger import stat_logger_class
+
+    registry, errors, publisher, logged = setup()
+    logger = stat_logger_class(registry, errors)(vllm_config(BASE_ENGINE), [0])
+    stats = IterationStats()
+    stats.inter_token_latencies_iter = [0.004, 0.03, 0.3]
+    logger.record(None, stats)
+    publisher.flush()
+    for suffix, expected in (("_count", 3), ("_sum", 0.334)):
+        assert value(f"{names.VLLM_INTER_TOKEN_LATENCY}{suffix}") == pytest.approx(expected)
+        assert value(f"{names.VLLM_TIME_PER_OUTPUT_TOKEN_OFFICIAL}{suffix}") == pytest.approx(expected)
+    itl, official = (registry.specs[n] for n in (names.VLLM_INTER_TOKEN_LATENCY,
+                                                 names.VLLM_TIME_PER_OUTPUT_TOKEN_OFFICIAL))
+    assert (itl.labelnames, itl.buckets) == (official.labelnames, official.buckets) and not logged
