@@ -32,7 +32,8 @@ def dashboard(uid: str, title: str, description: str, config: Config, slo_bucket
     board = (Dashboard(title).uid(uid).description(description).tags(TAGS).refresh("30s")
              .time("now-1h", "now").tooltip(DashboardCursorSync.CROSSHAIR)
              .with_variable(DatasourceVariable("datasource").label("Data source").type("prometheus"))
-             .with_variable(_label_variable("job", "job", f"label_values({names.TRITON_SUCCESS}, job)"))
+             .with_variable(_label_variable("job", "job",
+                                            f"label_values({names.TRITON_SUCCESS}{{{config.triton_selector}}}, job)"))
              .with_variable(_label_variable("instance", "instance",
                                             f'label_values({names.TRITON_SUCCESS}{{job=~"$job"}}, instance)'))
              .with_variable(_label_variable(

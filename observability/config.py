@@ -53,9 +53,11 @@ class BurnWindow:
 
 @dataclass(frozen=True)
 class Config:
-    # Prometheus selector for the Triton targets in alert rules (dashboards use the $job/$instance variables).
-    # Empty selects every target that exposes these metrics; set e.g. 'job="triton"' to narrow it.
-    triton_selector: str = ""
+    # Prometheus selector of the Triton targets, in every alert and recording rule and in the dashboards' `job`
+    # variable. The default matches scrape jobs whose name contains "triton" (e.g. `triton`, or a Kubernetes
+    # `default/triton-inference-server`), so rules loaded into a shared Prometheus never fire for node-exporter
+    # or any other target; set it to your own job's selector (e.g. 'job="my-llm"') if its name differs.
+    triton_selector: str = 'job=~".*triton.*"'
 
     kv_cache_warning: float = 0.90
     kv_cache_warning_for: str = "10m"

@@ -7,6 +7,7 @@ semantics: `_total` names, rate windows, `for` durations and threshold boundarie
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -229,18 +230,53 @@ def test_every_alert_has_a_promtool_scenario():
     assert {r["alert"] for r in alert_rules()} == set(SCENARIOS)
 
 
-@pytest.mark.parametrize("alert", sorted(SCENARIOS))
-def test_promtool_unit(alert, tmp_path):
-    groups = yaml.safe_load(RULES.read_text())
+# Other jobs' targets beside Triton's in one Prometheus: node-exporter down and up, another team's vLLM server
+# under load, a dead engine of some other job. With the default selector no alert may fire for any of them; every
+# scenario carries them.
+OTHER_JOBS = [
+    {"series": 'up{job="node", instance="n1:9100"}', "values": "0x2000"},
+    {"series": 'up{job="node", instance="n2:9100"}', "values": "1x2000"},
+    {"series": f'{names.VLLM_WAITING}{{job="vllm-serve", instance="v:8000", model_name="x", engine="0"}}',
+     "values": "1000x2000"},
+    {"series": f'{names.VLLM_KV_CACHE_USAGE}{{job="vllm-serve", instance="v:8000", model_name="x", engine="0"}}',
+     "values": "1x2000"},
+    {"series": f'{names.ENGINE_HEALTHY}{{job="lab", instance="l:8002", model="m", model_instance="m_0_0"}}',
+     "values": "0x2000"},
+]
+
+
+def promtool_unit(groups: dict, scenarios: list[dict], tmp_path) -> subprocess.CompletedProcess[str]:
+    groups = json.loads(json.dumps(groups))
     for group in groups["groups"]:
         for rule in group["rules"]:
             rule.pop("annotations", None)
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump(groups))
     tests = {"rule_files": ["rules.yaml"], "evaluation_interval": "1m",
-             "tests": [_clean(json.loads(json.dumps(t))) for t in SCENARIOS[alert]]}
+             "tests": [_clean(json.loads(json.dumps(t))) for t in scenarios]}
     (tmp_path / "test.yaml").write_text(yaml.safe_dump(tests))
-    result = promtool("test", "rules", str(tmp_path / "test.yaml"))
+    return promtool("test", "rules", str(tmp_path / "test.yaml"))
+
+
+@pytest.mark.parametrize("alert", sorted(SCENARIOS))
+def test_promtool_unit(alert, tmp_path):
+    scenarios = [{**t, "input_series": [*t["input_series"], *OTHER_JOBS]} for t in SCENARIOS[alert]]
+    result = promtool_unit(yaml.safe_load(RULES.read_text()), scenarios, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_no_alert_fires_for_other_jobs_and_the_selector_is_what_prevents_it(tmp_path):
+    from alerts.definitions import panel_ids
+    from alerts.render import prometheus_groups
+    from observability.config import DEFAULT
+
+    quiet_everywhere = [{"input_series": OTHER_JOBS, "alert_rule_test": [
+        quiet(r["alert"], at) for r in alert_rules() for at in ("30m", "6h")]}]
+    result = promtool_unit(yaml.safe_load(RULES.read_text()), quiet_everywhere, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    unselective = prometheus_groups(dataclasses.replace(DEFAULT, triton_selector=""), panel_ids(ROOT / "dashboards"
+                                                                                                   / "generated"))
+    result = promtool_unit(unselective, quiet_everywhere, tmp_path)
+    assert result.returncode != 0 and "TritonTargetDown" in result.stdout + result.stderr
 
 
 def test_annotations_expand(tmp_path):
