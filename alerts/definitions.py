@@ -100,6 +100,32 @@ def alerts(config: Config) -> list[Alert]:
             panel="Engine healthy",
         ),
         Alert(
+            name="VllmEngineCrashLoop",
+            expr=(f"sum by ({INSTANCE}) (increase({names.ENGINE_RESTARTS}{s()}[{config.crash_loop_window}])) "
+                  f">= {config.crash_loop_restarts}"),
+            for_="0m",
+            severity="critical",
+            summary="A vLLM engine keeps being replaced.",
+            description=(
+                "The engine of {{ $labels.model_instance }} ({{ $labels.model }}) on {{ $labels.instance }} was "
+                "restarted {{ $value }} times within " + config.crash_loop_window + "."),
+            meaning=(
+                "The health monitor keeps recovering the engine (HEALTH_RECOVERY=restart), and something keeps "
+                "killing or hanging it again. Each restart fails the requests in flight and refuses new ones for "
+                "the tens of seconds a new engine takes, yet VllmEngineUnhealthy may never fire: the engine is "
+                "healthy again within its `for`."),
+            check=(
+                "Triton's log for `[vllm] engine health:` and `restarting the engine` lines (the cause of each "
+                "restart); the kernel log for OOM kills (`dmesg`), host and GPU memory, GPU Xid errors; whether the "
+                "restarts follow a kind of request (very long prompts, a LoRA adapter)."),
+            action=(
+                "Fix the cause: more memory (lower gpu_memory_utilization, max_model_len or max_num_seqs), a healthy "
+                "GPU, or the request pattern that crashes the engine. HEALTH_RESTART_MAX_ATTEMPTS bounds the attempts "
+                "for one failure, not the restarts over time."),
+            dashboard=DashboardUID.HEALTH,
+            panel="Engine restarts",
+        ),
+        Alert(
             name="VllmEngineStalled",
             expr=(
                 f"(max by ({INSTANCE}) ({names.REQUESTS_IN_FLIGHT}{s()}) > 0) and on ({INSTANCE}) "

@@ -35,9 +35,11 @@ def build(config: Config, slo_buckets: dict[str, tuple[float, ...]]) -> Dashboar
         .with_panel(graph("Seconds since engine progress", "Seconds without an engine step while requests are "
                           "in flight (0 when idle); the stall watchdog's measure.", "s",
                           (sel(names.ENGINE_SECONDS_SINCE_PROGRESS, TRITON), "{{model_instance}}"), span=8))
-        .with_panel(graph("Engine restarts", "Engines replaced in place (HEALTH_RECOVERY=restart) per hour.", "short",
-                          (f"sum by ({names.MODEL_INSTANCE}) (increase({sel(names.ENGINE_RESTARTS, TRITON)}"
-                           f"[$__rate_interval]))", "{{model_instance}}"), span=24))
+        .with_panel(graph("Engine restarts", "Engines replaced in place (HEALTH_RECOVERY=restart), per hour (the "
+                          "rate over the panel's interval, times 3600). VllmEngineCrashLoop pages on repeated "
+                          "restarts.", "short",
+                          (f"sum by ({names.MODEL_INSTANCE}) (rate({sel(names.ENGINE_RESTARTS, TRITON)}"
+                           f"[$__rate_interval])) * 3600", "{{model_instance}}"), span=24))
         .with_row(row("Exporter"))
         .with_panel(graph("Metrics errors", "Failures inside the metrics path per second, by stage: record "
                           "(vLLM's stat logger) and publish (to Triton). Should be 0; the engine keeps serving.",

@@ -74,6 +74,9 @@ class Config:
     stall_seconds: float = 120.0  # requests in flight and no engine step for this long
     stall_for: str = "1m"
     unhealthy_for: str = "1m"
+    # With HEALTH_RECOVERY=restart an engine is healthy again within `unhealthy_for`: restarts are what page then.
+    crash_loop_restarts: int = 3  # engine restarts within crash_loop_window
+    crash_loop_window: str = "1h"
     absent_for: str = "5m"
     target_down_for: str = "5m"
     metrics_errors_for: str = "5m"

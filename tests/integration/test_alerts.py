@@ -128,6 +128,12 @@ SCENARIOS = {
                           "values": "1 1 1 1 1 1"}],
         "alert_rule_test": [quiet("VllmEngineUnhealthy", "1m"), quiet("VllmEngineUnhealthy", "2m"),
                             fired("VllmEngineUnhealthy", "3m", CRIT)]}],
+    "VllmEngineCrashLoop": [{
+        "input_series": [{"series": f"{names.ENGINE_RESTARTS}{{{LABELS}}}", "values": "0 0 1 1 2 2 3 3 3 3"},
+                         {"series": f'{names.ENGINE_RESTARTS}{{{LABELS.replace("m_0_0", "m_0_1")}}}',
+                          "values": "0 0 1 1 2 2 2 2 2 2"}],
+        # the third restart within the hour (at 6m) pages at once; two restarts never do
+        "alert_rule_test": [quiet("VllmEngineCrashLoop", "5m"), fired("VllmEngineCrashLoop", "6m", CRIT)]}],
     "VllmEngineStalled": [{
         "input_series": [
             {"series": f"{names.REQUESTS_IN_FLIGHT}{{{LABELS}}}", "values": "2x10"},
