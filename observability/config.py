@@ -96,9 +96,11 @@ class Config:
         BurnWindow("warning", "1d", "2h", 3, "1h"),
         BurnWindow("warning", "3d", "6h", 1, "3h"),
     )
-    # Where operators read the runbook: set it to the URL of alerts/runbook.md in your copy of the repository.
-    runbook_base: str = "alerts/runbook.md"
-    grafana_base: str = "/d"  # relative links work inside the Grafana that holds the dashboards
+    # Absolute links, because alerts are read in Alertmanager, Slack or PagerDuty, where a relative link is dead.
+    # The defaults are placeholders on a reserved domain: set them to where your copy of alerts/runbook.md is
+    # browsable and to your Grafana's dashboard path, then `make alerts`.
+    runbook_base: str = "https://runbooks.REPLACE-ME.example/vllm-triton/runbook.md"
+    grafana_base: str = "https://grafana.REPLACE-ME.example/d"
 
 
 DEFAULT = Config()

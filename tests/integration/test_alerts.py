@@ -12,12 +12,14 @@ import json
 import re
 import shutil
 import subprocess
+from urllib.parse import urlparse
 
 import pytest
 import yaml
 from helpers import ROOT
 from promql_ast import metric_names
 
+from observability.config import DEFAULT
 from vllm_triton_observable.metrics import names
 
 GENERATED = ROOT / "alerts" / "generated"
@@ -68,9 +70,13 @@ def test_every_alert_is_well_formed():
         summary = annotations["summary"]
         assert "{{" not in summary and summary[0].isupper() and summary.endswith("."), (name, summary)
         assert "{{" in annotations["description"], (name, "description must be templated")
-        anchor = annotations["runbook_url"].split("#", 1)[1]
+        runbook_url, dashboard_url = annotations["runbook_url"], annotations["dashboard_url"]
+        assert all(urlparse(u).scheme == "https" and urlparse(u).netloc for u in (runbook_url, dashboard_url)), (
+            name, "links must be absolute: alerts are read outside Grafana")
+        anchor = runbook_url.split("#", 1)[1]
         assert f"\n## {name}\n" in runbook and anchor == name.lower(), name
-        uid, panel = re.fullmatch(r"/d/([\w-]+)\?viewPanel=(\d+)", annotations["dashboard_url"]).groups()
+        uid, panel = re.fullmatch(re.escape(DEFAULT.grafana_base) + r"/([\w-]+)\?viewPanel=(\d+)",
+                                  dashboard_url).groups()
         assert (uid, int(panel)) in {(u, i) for (u, _), i in panels.items()}, name
 
 
