@@ -10,10 +10,13 @@ on the number of series, never on traffic.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from .official_names import ALIASES, renamed
 
 
 class Kind(enum.Enum):
@@ -82,6 +85,17 @@ class InstanceRegistry(CollectorRegistry):
         spec = FamilySpec(exposed_name(metric._name, kind), kind, metric._documentation,
                           (*metric._labelnames, *self.constant_labels), buckets)
         self.specs[spec.name] = spec
+        alias = ALIASES.get(spec.name)
+        if alias is not None:
+            self.specs[alias.name] = replace(spec, name=alias.name, documentation=alias.documentation)
+
+    def collect(self) -> Iterator[Any]:
+        """Every family, and each aliased family once more under its alias (official_names.py)."""
+        for family in super().collect():
+            yield family
+            alias = ALIASES.get(family.name)
+            if alias is not None:
+                yield renamed(family, alias)
 
     def classes(self) -> dict[Kind, type]:
         """prometheus_client's Counter, Gauge and Histogram, registering in this registry by default."""

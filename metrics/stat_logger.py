@@ -15,7 +15,6 @@ import time
 from typing import Any
 
 from .errors import MetricErrors
-from .official_names import OfficialTimePerOutputToken
 from .registry import InstanceRegistry, Kind
 
 # PrometheusStatLogger attributes naming helper classes that create metrics with their own class attributes.
@@ -37,8 +36,6 @@ def _guarded(base: type, method: str, registry: InstanceRegistry, errors: Metric
             registry.last_record = time.monotonic()
         try:
             original(self, *args, **kwargs)
-            if method == "record" and self.official_itl is not None:
-                self.official_itl.record(*_iteration_stats_and_engine(*args, **kwargs))
         except Exception as exc:
             if errors is None:
                 raise
@@ -46,12 +43,6 @@ def _guarded(base: type, method: str, registry: InstanceRegistry, errors: Metric
 
     call.__name__ = method
     return call
-
-
-def _iteration_stats_and_engine(scheduler_stats: Any, iteration_stats: Any, mm_cache_stats: Any = None,
-                                engine_idx: int = 0) -> tuple[Any, int]:
-    """`record()`'s arguments that the official family needs, however vLLM passed them."""
-    return iteration_stats, engine_idx
 
 
 def stat_logger_class(registry: InstanceRegistry, errors: MetricErrors | None = None) -> type:
@@ -70,16 +61,4 @@ def stat_logger_class(registry: InstanceRegistry, errors: MetricErrors | None = 
     for method in _GUARDED:
         if hasattr(PrometheusStatLogger, method):
             attributes[method] = _guarded(PrometheusStatLogger, method, registry, errors)
-
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        PrometheusStatLogger.__init__(self, *args, **kwargs)
-        self.official_itl = None
-        try:  # the engine starts, and vLLM's own families work, whatever happens to this extra family
-            self.official_itl = OfficialTimePerOutputToken(registry, self.histogram_inter_token_latency)
-        except Exception as exc:
-            if errors is None:
-                raise
-            errors.report("record", exc)
-
-    attributes["__init__"] = __init__
     return type("TritonStatLogger", (PrometheusStatLogger,), attributes)

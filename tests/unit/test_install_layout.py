@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 GENERIC = ("backend", "metrics", "health", "common")
 
@@ -25,20 +27,23 @@ print(len(modules))
 """
 
 
-def test_the_installed_backend_is_model_py_and_one_package(tmp_path):
-    dest = tmp_path / "vllm"
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "assemble_backends.py"), "--vllm-only", str(dest)],
+@pytest.fixture(scope="module")
+def dest(tmp_path_factory):
+    """What `make install-backend DEST=...` writes."""
+    target = tmp_path_factory.mktemp("backends") / "vllm"
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "assemble_backends.py"), "--vllm-only", str(target)],
                    check=True)
+    return target
+
+
+def test_the_installed_backend_is_model_py_and_one_package(dest):
     assert sorted(p.name for p in dest.iterdir()) == ["model.py", "vllm_triton_observable"]
     package = dest / "vllm_triton_observable"
     assert sorted(p.name for p in package.iterdir()) == ["__init__.py", *sorted(GENERIC)]
     assert not (package / "backend" / "model.py").exists()
 
 
-def test_it_imports_next_to_modules_with_generic_names(tmp_path):
-    dest = tmp_path / "vllm"
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "assemble_backends.py"), "--vllm-only", str(dest)],
-                   check=True)
+def test_it_imports_next_to_modules_with_generic_names(dest, tmp_path):
     decoys = tmp_path / "decoys"
     for name in GENERIC:
         (decoys / name).mkdir(parents=True)
