@@ -1,6 +1,6 @@
 # Every target runs scripts/setup.sh first: it is idempotent and takes seconds once the venv exists.
 SHELL := /bin/bash
-.PHONY: setup serve test test-unit lint dashboards alerts docs bench soak install-backend clean
+.PHONY: setup serve test test-unit lint dashboards alerts docs bench soak genai-perf install-backend clean
 
 setup:
 	@bash scripts/setup.sh
@@ -10,6 +10,7 @@ serve: setup
 
 test: setup
 	@bash scripts/ensure_prometheus.sh
+	@bash scripts/ensure_perf_tools.sh
 	@bash scripts/test.sh $(PYTEST_ARGS)
 
 test-unit: setup
@@ -35,8 +36,15 @@ bench: setup
 soak: setup
 	@source scripts/env.sh && python scripts/soak.py --duration $(or $(DURATION),600) $(SOAK_ARGS)
 
+# make genai-perf [CONCURRENCY=8] [URL=localhost:8001]: genai-perf's table for the sample model (or the server at
+# URL); artifacts in .genai-perf/. GENAI_PERF_ARGS passes more options (see scripts/perf_tools.py --help).
+genai-perf: setup
+	@bash scripts/ensure_perf_tools.sh
+	@source scripts/env.sh && python scripts/perf_tools.py --concurrency $(or $(CONCURRENCY),8) \
+		$(if $(URL),--url $(URL)) $(GENAI_PERF_ARGS)
+
 clean:
-	rm -rf .build .bench .soak
+	rm -rf .build .bench .soak .genai-perf
 
 install-backend: setup
 	@test -n "$(DEST)" || { echo "usage: make install-backend DEST=/opt/tritonserver/backends/vllm"; exit 2; }

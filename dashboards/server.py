@@ -14,10 +14,10 @@ UID = DashboardUID.SERVER
 HOST = 'job=~"$job", instance=~"$instance"'
 
 
-def per_request(duration_us: str) -> str:
-    """Seconds per request from one of Triton's cumulative microsecond counters."""
-    return ratio(sum_rate(duration_us, TRITON, names.MODEL), sum_rate(names.TRITON_SUCCESS, TRITON, names.MODEL)
-                 ) + " / 1e6"
+def per_request(*durations_us: str) -> str:
+    """Seconds per request from Triton's cumulative microsecond counters (summed when several)."""
+    total = " + ".join(sum_rate(d, TRITON, names.MODEL) for d in durations_us)
+    return ratio(total, sum_rate(names.TRITON_SUCCESS, TRITON, names.MODEL)) + " / 1e6"
 
 
 def build(config: Config, slo_buckets: dict[str, tuple[float, ...]]) -> Dashboard:
@@ -39,15 +39,23 @@ def build(config: Config, slo_buckets: dict[str, tuple[float, ...]]) -> Dashboar
                           (f"sum({sel(names.REQUESTS_IN_FLIGHT, TRITON)})", "backend in flight"),
                           (f"sum({sel(names.VLLM_RUNNING, VLLM)})", "engine running"),
                           (f"sum({sel(names.VLLM_WAITING, VLLM)})", "engine waiting")))
-        .with_panel(graph("Triton time per request", "Triton's queue and compute time per request (seconds, "
-                          "from its µs counters). For decoupled models compute covers only the execute() call; "
-                          "use the vLLM latency panels for generation time.", "s",
-                          (per_request(names.TRITON_QUEUE_DURATION), "queue {{model}}"),
-                          (per_request(names.TRITON_COMPUTE_INFER_DURATION), "compute {{model}}")))
         .with_panel(graph("Requests by outcome (backend)", "Requests the backend finished, by outcome: completed, "
                           "cancelled by the client, rejected (bad input), failed.", "reqps",
                           (sum_rate(names.REQUESTS_FINISHED, TRITON, names.OUTCOME), "{{outcome}}"),
                           span=24))
+        .with_row(row("Per model: ensembles and their steps"))
+        .with_panel(graph("Requests per model", "Requests Triton answered per second for every model, an ensemble "
+                          "and each of its steps (preprocessor, vLLM model, postprocessor) apart.", "reqps",
+                          (sum_rate(names.TRITON_SUCCESS, TRITON, names.MODEL), "{{model}}"), span=8))
+        .with_panel(graph("Queue time per request", "Seconds a request waited in Triton's queue before each "
+                          "model ran it, per model (from Triton's µs counters).", "s",
+                          (per_request(names.TRITON_QUEUE_DURATION), "{{model}}"), span=8))
+        .with_panel(graph("Compute time per request", "Seconds each model spent on a request: input, execute "
+                          "and output, per model (from Triton's µs counters). A decoupled vLLM model's compute "
+                          "covers only its execute() call; the vLLM latency panels show generation time. An "
+                          "ensemble's own row is the sum over its steps.", "s",
+                          (per_request(names.TRITON_COMPUTE_INPUT_DURATION, names.TRITON_COMPUTE_INFER_DURATION,
+                                       names.TRITON_COMPUTE_OUTPUT_DURATION), "{{model}}"), span=8))
         .with_row(row("Host"))
         .with_panel(graph("CPU utilization", "Triton's host CPU utilization (0-1).", "percentunit",
                           (f"avg by (instance) ({sel(names.TRITON_CPU_UTILIZATION, HOST)})", "{{instance}}")))

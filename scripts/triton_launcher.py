@@ -126,7 +126,7 @@ class TritonServer:
         log_path: Path | None = None,
         env: dict[str, str] | None = None,
     ) -> None:
-        self.model_repo = Path(model_repo)
+        self.model_repo = Path(model_repo).resolve()  # the server runs in .build, not in the caller's directory
         self.http_port = http_port or free_port()
         self.grpc_port = grpc_port or free_port()
         self.metrics_port = metrics_port or free_port()
@@ -276,6 +276,35 @@ class TritonServer:
         self.stop()
 
 
+def http_json(url: str, body: dict[str, Any] | None = None) -> Any:
+    data = None if body is None else json.dumps(body).encode()
+    with urllib.request.urlopen(urllib.request.Request(url, data=data), timeout=10) as response:
+        return json.loads(response.read())
+
+
+def examples(http_url: str, prompt: str = "What is Triton?") -> list[str]:
+    """curl commands for each ready vLLM model and ensemble, built from its configuration: its required text
+    inputs, `max_tokens` for a vLLM model, `generate` unless it is decoupled, `generate_stream` if it is."""
+    commands = []
+    for entry in http_json(f"{http_url}/v2/repository/index", {"ready": True}):
+        config = http_json(f"{http_url}/v2/models/{entry['name']}/config")
+        vllm = config.get("backend") == "vllm"
+        if not vllm and config.get("platform") != "ensemble":
+            continue  # e.g. an ensemble's Python steps
+        decoupled = config.get("model_transaction_policy", {}).get("decoupled", False)
+        for stream in (False, True) if decoupled else (False,):
+            if stream is False and decoupled and not vllm:
+                continue  # a decoupled ensemble's /generate answers only when exactly one response comes back
+            body: dict[str, Any] = {i["name"]: prompt for i in config.get("input", [])
+                                    if i["data_type"] == "TYPE_STRING" and not i.get("optional")}
+            if vllm:
+                body["parameters"] = {"stream": stream, "max_tokens": 16}
+            endpoint = "generate_stream" if stream else "generate"
+            commands.append(f"  curl -s {'-N ' if stream else ''}-X POST {http_url}/v2/models/{entry['name']}/"
+                            f"{endpoint} \\\n       -d '{json.dumps(body)}'")
+    return commands
+
+
 def serve(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description="make serve: Triton + the vllm backend, until Ctrl-C")
     parser.add_argument("--model-repo", default=os.environ.get("MODEL_REPO") or ROOT / "samples" / "model_repository")
@@ -314,12 +343,7 @@ def serve(argv: list[str]) -> int:
         server.wait_ready(args.timeout, progress=progress)
         h, m = server.http_url, server.metrics_url
         say("ready. Try:")
-        print(f"""
-  curl -s -X POST {h}/v2/models/vllm_model/generate \\
-       -d '{{"text_input": "What is Triton?", "parameters": {{"stream": false, "max_tokens": 16}}}}'
-
-  curl -s -N -X POST {h}/v2/models/vllm_model/generate_stream \\
-       -d '{{"text_input": "What is Triton?", "parameters": {{"stream": true, "max_tokens": 16}}}}'
+        print("\n" + "\n\n".join(examples(h)) + f"""
 
   curl -s {m} | grep '^vllm'
 

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import re
+import signal
+import subprocess
+import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +49,55 @@ def explicit_mode_server(repo: Path, models: dict[str, dict[str, str]], startup:
 
 
 # -- processes ----------------------------------------------------------------------------------------
+@dataclass
+class Launched:
+    """`make serve`'s launcher running: its process, the tritonserver's pid, and what it printed."""
+    endpoint: TritonServer
+    process: subprocess.Popen[str]
+    pid: int
+    output: list[str]
+
+
+@contextmanager
+def launched(model_repo: Path | None = None) -> Iterator[Launched]:
+    """`make serve` (MODEL_REPO=model_repo), on free ports, until it printed its examples; stopped afterwards."""
+    ports = [triton_launcher.free_port() for _ in range(3)]
+    env = dict(os.environ) | ({"MODEL_REPO": str(model_repo)} if model_repo else {})
+    process = subprocess.Popen(
+        [sys.executable, str(ROOT / "scripts" / "triton_launcher.py"), "--http-port", str(ports[0]),
+         "--grpc-port", str(ports[1]), "--metrics-port", str(ports[2])],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
+    output: list[str] = []
+    pid = None
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:  # through the printed examples, which end with the Ctrl-C hint
+        line = process.stdout.readline()
+        output.append(line)
+        if found := re.search(r"tritonserver pid (\d+)", line):
+            pid = int(found.group(1))
+        if "Ctrl-C stops the server" in line or not line:
+            break
+    try:
+        assert "ready. Try:" in "".join(output), "".join(output)
+        # Only the ports matter to the helpers; nothing is started through this object.
+        endpoint = TritonServer(model_repo or ROOT / "samples" / "model_repository", http_port=ports[0],
+                                grpc_port=ports[1], metrics_port=ports[2])
+        yield Launched(endpoint, process, pid, output)
+    finally:
+        if process.poll() is None:  # a failed test must not leave the server running
+            process.send_signal(signal.SIGINT)
+            process.wait(120)
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+
+
+def printed_commands(output: list[str]) -> list[str]:
+    """The curl commands for the models the launcher printed, each joined across its continuation lines."""
+    text = "".join(output).replace("\\\n", " ")
+    return [line.strip() for line in text.splitlines() if line.strip().startswith("curl") and "/v2/models/" in line]
+
+
 def cmdline(process: psutil.Process) -> str:
     try:
         return " ".join(process.cmdline())
@@ -68,13 +123,23 @@ def generate(server: Any, model: str, body: dict[str, Any], timeout: float = 60)
 
 def generate_stream(server: Any, model: str, body: dict[str, Any], timeout: float = 60) -> list[dict[str, Any]]:
     """The SSE events of /generate_stream, parsed."""
-    events = []
     with requests.post(f"{server.http_url}/v2/models/{model}/generate_stream", json=body, stream=True,
                        timeout=timeout) as response:
-        for line in response.iter_lines():
-            if line.startswith(b"data: "):
-                events.append(json.loads(line[6:]))
-    return events
+        return sse_events(response.iter_lines())
+
+
+def sse_events(lines: Iterable[bytes | str] | str) -> list[dict[str, Any]]:
+    """The `data:` events of a server-sent event stream, parsed."""
+    if isinstance(lines, str):
+        lines = lines.splitlines()
+    return [json.loads(line[6:]) for line in lines if line[:6] in (b"data: ", "data: ")]
+
+
+def run_command(command: str, timeout: float = 120) -> str:
+    """A shell command's standard output (it must succeed)."""
+    done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, f"{command}\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
+    return done.stdout
 
 
 def texts(value: Any) -> list[str]:

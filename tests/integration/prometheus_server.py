@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import time
@@ -11,6 +12,9 @@ from typing import Any
 import requests
 import yaml
 from triton_launcher import free_port
+
+from observability.config import DEFAULT
+from vllm_triton_observable.metrics.registry import le_label
 
 
 class Prometheus:
@@ -73,3 +77,10 @@ class Prometheus:
                 return
             time.sleep(0.5)
         raise AssertionError("no successful scrapes")
+
+
+def substitute(expr: str) -> str:
+    """A dashboard query with its variables set as a default dashboard shows it (every job, instance, model)."""
+    values = {"__rate_interval": "1m", "job": ".*", "instance": ".*", "model": ".*", "engine": ".*"}
+    values |= {f"slo_{slo.name.lower()}": le_label(slo.threshold_s) for slo in DEFAULT.slos}
+    return re.sub(r"\$(\w+)", lambda m: values[m.group(1)], expr)

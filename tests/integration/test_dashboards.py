@@ -10,7 +10,7 @@ import re
 import promql_parser
 import pytest
 from helpers import ROOT, generate, generate_stream, grpc_inputs, grpc_stream, run
-from prometheus_server import Prometheus
+from prometheus_server import Prometheus, substitute
 from promql_ast import RATE_INTERVAL, is_call, metric_names, parse, unwrap, walk
 
 from vllm_triton_observable.metrics import names
@@ -148,16 +148,6 @@ def test_every_metric_a_panel_uses_exists():
 
 
 # -- live ----------------------------------------------------------------------------------------------
-def substitute(expr: str) -> str:
-    from observability.config import DEFAULT
-
-    values = {"__rate_interval": "1m", "job": ".*", "instance": ".*", "model": ".*", "engine": ".*"}
-    from vllm_triton_observable.metrics.registry import le_label
-
-    values |= {f"slo_{slo.name.lower()}": le_label(slo.threshold_s) for slo in DEFAULT.slos}
-    return re.sub(r"\$(\w+)", lambda m: values[m.group(1)], expr)
-
-
 def workload(server) -> None:
     """Traffic that touches every panel: plain, streamed, repeated prompts (prefix cache), bad and cancelled."""
     body = {"text_input": "Dashboards need data " * 8, "parameters": {"max_tokens": 24, "ignore_eos": True}}

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
-import re
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import psutil
 import pytest
-from helpers import ROOT, generate, generate_stream
-from triton_launcher import SHM_GLOBS, free_port, shm_in_use
+from helpers import launched, printed_commands, run_command, sse_events
+from triton_launcher import SHM_GLOBS, shm_in_use
 
 
 def shm_names() -> set[str]:
@@ -36,44 +34,19 @@ def leaked(ours: set[str]) -> set[str]:
     return left
 
 
-class Endpoint:
-    def __init__(self, http_port: int) -> None:
-        self.http_url = f"http://127.0.0.1:{http_port}"
-
-
 @pytest.fixture(scope="module")
 def served():
-    ports = [free_port() for _ in range(3)]
-    process = subprocess.Popen(
-        [sys.executable, str(ROOT / "scripts" / "triton_launcher.py"), "--http-port", str(ports[0]),
-         "--grpc-port", str(ports[1]), "--metrics-port", str(ports[2])],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ), start_new_session=True)
-    output: list[str] = []
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:  # through the printed examples, which end with the Ctrl-C hint
-        line = process.stdout.readline()
-        output.append(line)
-        if "Ctrl-C stops the server" in line or not line:
-            break
-    assert "ready. Try:" in "".join(output), "".join(output)
-    pid = int(re.search(r"tritonserver pid (\d+)", "".join(output)).group(1))
-    yield Endpoint(ports[0]), process, pid, output
-    if process.poll() is None:  # a failed test must not leave the server running
-        process.send_signal(signal.SIGINT)
-        process.wait(120)
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    with launched() as served:
+        yield served.endpoint, served.process, served.pid, served.output
 
 
-def test_the_readme_curl_returns_generated_text(served):
-    endpoint, *_ = served
-    status, body = generate(endpoint, "vllm_model", {"text_input": "What is Triton?",
-                                                     "parameters": {"stream": False, "max_tokens": 16}})
-    assert status == 200 and len(body["text_output"]) > len("What is Triton?")
-    events = generate_stream(endpoint, "vllm_model", {"text_input": "What is Triton?",
-                                                      "parameters": {"stream": True, "max_tokens": 16}})
+def test_the_printed_curl_commands_return_generated_text(served):
+    *_, output = served
+    commands = printed_commands(output)
+    assert len(commands) == 2, commands  # vllm_model: generate and generate_stream
+    answer = json.loads(run_command(commands[0]))
+    assert answer["model_name"] == "vllm_model" and len(answer["text_output"]) > len("What is Triton?")
+    events = sse_events(run_command(commands[1]))
     assert len(events) > 1 and all("text_output" in e for e in events)
 
 
