@@ -41,6 +41,8 @@ class EngineRunner:
         self._closed = False
         self._building: concurrent.futures.Future[Any] | None = None
         self.engine: Any = None
+        # What the model does, from vLLM ("generate", "embed", …): decides which requests it can serve.
+        self.supported_tasks: tuple[str, ...] = ()
 
     def _run_loop(self) -> None:
         asyncio.set_event_loop(self.loop)
@@ -80,14 +82,16 @@ class EngineRunner:
             closed = self._closed
         if closed:  # shutdown() began meanwhile and waits for this engine: it shuts it down
             raise EngineStartError("the model was unloaded while the engine was starting")
-        self.call(self._attach(engine), timeout=SHUTDOWN_TIMEOUT_S)
+        self.supported_tasks = self.call(self._attach(engine), timeout=SHUTDOWN_TIMEOUT_S)
         return engine
 
     @staticmethod
-    async def _attach(engine: Any) -> None:
+    async def _attach(engine: Any) -> tuple[str, ...]:
         """Start the engine's output handling on this loop now, as AsyncLLM does when it is built inside a running
-        loop: messages from the EngineCore (probe answers, a failed executor) are read from the first moment."""
+        loop: messages from the EngineCore (probe answers, a failed executor) are read from the first moment.
+        Returns the tasks the model supports."""
         engine._run_output_handler()
+        return tuple(await engine.get_supported_tasks())
 
     def _create(self, future: concurrent.futures.Future[Any]) -> None:
         from vllm.v1.engine.async_llm import AsyncLLM
@@ -132,13 +136,18 @@ class EngineRunner:
         return self.submit(probe())
 
     def generate_one_token(self, timeout_s: float) -> None:
-        from vllm import SamplingParams
+        """A real request through the whole engine: one generated token, or one embedding for a pooling model."""
+        from vllm import PoolingParams, SamplingParams
 
         engine = self.engine
         request_id = f"health-probe-{uuid.uuid4().hex}"
 
         async def generate() -> None:
-            async for _ in engine.generate("health probe", SamplingParams(max_tokens=1), request_id):
+            if "generate" in self.supported_tasks or "embed" not in self.supported_tasks:
+                outputs = engine.generate("health probe", SamplingParams(max_tokens=1), request_id)
+            else:
+                outputs = engine.encode("health probe", PoolingParams(task="embed"), request_id)
+            async for _ in outputs:
                 pass
 
         async def bounded() -> None:

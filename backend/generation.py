@@ -12,17 +12,23 @@ import asyncio
 import time
 import traceback
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from ..common.errors import EngineUnavailable, InternalError, InvalidRequest, RequestCancelled, RequestError
 from .engine_runner import EngineRunner
 from .lora import LoraRegistry
-from .request_decoding import GenerateRequest, OutputOptions, RequestView, decode_request
-from .response_encoding import chunk_from_output
+from .request_decoding import EmbedRequest, GenerateRequest, OutputOptions, RequestView, decode_request
+from .response_encoding import chunk_from_embedding, chunk_from_output
 from .response_thread import InflightRequest, Outcome, ResponseThread, TritonIO
 
 UNLOADING = "the model is being unloaded; send the request again once it is loaded"
+TASK_MISSING = {
+    "embed": ("embedding_request: this model does not compute embeddings (its vLLM tasks: {tasks}); serve a pooling "
+              "model (model.json \"runner\": \"pooling\") for embeddings"),
+    "generate": ("text_input: this model computes embeddings and does not generate text (its vLLM tasks: {tasks}); "
+                 "send embedding_request, e.g. {{\"input\": \"some text\"}}"),
+}
 NOT_DECOUPLED = ("stream: true needs a decoupled model, and this one is not (config.pbtxt sets "
                  "model_transaction_policy { decoupled: false }, which serves one response per request to infer() "
                  "and ensembles): send stream: false, or use a decoupled model for streaming")
@@ -62,15 +68,26 @@ class GenerationService:
             if self._refusal is not None:
                 raise self._refusal
             decoded = decode_request(view)
+            inflight.options = decoded.outputs
+            if isinstance(decoded, EmbedRequest):
+                self._check_task("embed")
+                self._runner.submit(self._embed(decoded, inflight))
+                return
+            self._check_task("generate")
             if decoded.stream and not self._decoupled:
                 raise InvalidRequest(NOT_DECOUPLED)
             self._lora.check(decoded.sampling.lora_name)
-            inflight.options = decoded.outputs
             self._runner.submit(self._generate(decoded, inflight))
         except RequestError as error:
             self.responses.send_error(inflight, error)
         except Exception as exc:  # a bug or a library's surprise: this request fails, nothing else does
             self.responses.send_error(inflight, self._internal(inflight, "accepting the request", exc))
+
+    def _check_task(self, task: str) -> None:
+        tasks = self._runner.supported_tasks
+        if task in tasks or not tasks:
+            return
+        raise InvalidRequest(TASK_MISSING[task].format(tasks=", ".join(tasks)))
 
     def inflight_count(self) -> int:
         return len(self.responses.inflight())
@@ -92,6 +109,34 @@ class GenerationService:
         prefix = ""
         if request.prepend_input:
             prefix = request.prompt if isinstance(request.prompt, str) else request.prompt["prompt"]
+
+        def start(engine: Any) -> AsyncIterator[Any]:
+            return engine.generate(request.prompt, params, inflight.request_id,
+                                   lora_request=self._lora.request_for(request.sampling.lora_name))
+
+        def each(output: Any) -> None:
+            if request.stream:
+                self.responses.send_chunk(inflight, chunk_from_output(output, params.n,
+                                                                      logprobs=request.client_logprobs))
+
+        def final(output: Any) -> None:
+            if not request.stream:
+                self.responses.send_chunk(inflight, chunk_from_output(output, params.n, prefix,
+                                                                      logprobs=request.client_logprobs))
+
+        await self._serve(inflight, start, each, final)
+
+    async def _embed(self, request: EmbedRequest, inflight: InflightRequest) -> None:
+        from vllm import PoolingParams
+
+        params = PoolingParams(task="embed", dimensions=request.dimensions, use_activation=request.use_activation)
+        await self._serve(inflight, lambda engine: engine.encode(request.prompt, params, inflight.request_id),
+                          lambda output: None,
+                          lambda output: self.responses.send_chunk(inflight, chunk_from_embedding(output)))
+
+    async def _serve(self, inflight: InflightRequest, start: Callable[[Any], AsyncIterator[Any]],
+                     each: Callable[[Any], None], final: Callable[[Any], None]) -> None:
+        """Run one engine request to its final output; on any failure, end it with one specific error."""
         last = None
         error: RequestError = InternalError(f"generation stopped unexpectedly (request id {inflight.request_id})")
         try:
@@ -100,19 +145,11 @@ class GenerationService:
             engine = self._runner.engine
             if engine is None:
                 raise EngineUnavailable("the engine is restarting")
-            outputs = engine.generate(
-                request.prompt, params, inflight.request_id,
-                lora_request=self._lora.request_for(request.sampling.lora_name),
-            )
-            async for output in outputs:
+            async for output in start(engine):
                 last = output
-                if request.stream:
-                    self.responses.send_chunk(
-                        inflight, chunk_from_output(output, params.n, logprobs=request.client_logprobs))
+                each(output)
             if last is not None and last.finished:
-                if not request.stream:
-                    self.responses.send_chunk(
-                        inflight, chunk_from_output(last, params.n, prefix, logprobs=request.client_logprobs))
+                final(last)
                 return
             self._log.error(f"request {inflight.request_id}: vLLM's output stream ended without a final output")
             error = InternalError(f"generation ended without a final output (request id {inflight.request_id})")

@@ -28,6 +28,9 @@ INPUTS: list[dict[str, Any]] = [
     _optional("stream", "TYPE_BOOL", [1]),
     _optional("sampling_parameters", "TYPE_STRING", [1]),
     *(_optional(flag, "TYPE_BOOL", [1]) for flag in BOOL_FLAGS),
+    # JSON {"input": text or token ids, "pooling_params": {...}} for pooling models, as the official backend (and
+    # Triton's OpenAI-compatible frontend for /v1/embeddings) sends it.
+    _optional("embedding_request", "TYPE_STRING", [1]),
 ]
 
 OUTPUTS: list[dict[str, Any]] = [

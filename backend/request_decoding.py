@@ -1,4 +1,5 @@
-"""A Triton request → a validated `GenerateRequest`, or an `InvalidRequest` naming the field at fault.
+"""A Triton request → a validated `GenerateRequest` or `EmbedRequest`, or an `InvalidRequest` naming the field at
+fault.
 
 Pure logic over a small `RequestView` (input tensors as numpy arrays + the parameters JSON), so it is
 unit-tested without Triton. Defaults follow the official backend: non-streaming responses include the prompt
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -45,6 +47,20 @@ class GenerateRequest:
     # Whether the client asked for per-token logprobs (sampling `logprobs`); vLLM computes the cumulative
     # logprob only when logprobs are on, so `return_cumulative_logprob` alone turns them on internally.
     client_logprobs: bool = True
+
+
+@dataclass(frozen=True)
+class EmbedRequest:
+    """An `embedding_request` (the official backend's input for pooling models): the text or token ids to embed."""
+
+    prompt: str | dict[str, Any]  # text, or {"prompt_token_ids": [...]}
+    dimensions: int | None
+    use_activation: bool | None
+    outputs: OutputOptions
+
+
+EMBEDDING_INPUT = "embedding_request"
+POOLING_KEYS = ("dimensions", "use_activation")
 
 
 def _first(array: np.ndarray, name: str) -> Any:
@@ -119,7 +135,51 @@ def _sampling(view: RequestView) -> SamplingRequest:
     return build_sampling(parse_parameters_json(text, source), source)
 
 
-def decode_request(view: RequestView) -> GenerateRequest:
+def _embedding_input(value: Any) -> str | dict[str, Any]:
+    source = f"{EMBEDDING_INPUT}.input"
+    if isinstance(value, str) and value:
+        return value
+    if isinstance(value, list) and value and all(type(t) is int and t >= 0 for t in value):
+        return {"prompt_token_ids": value}
+    raise InvalidRequest(f"{source}: must be a non-empty string or a non-empty list of token ids (integers ≥ 0), "
+                         f"got {json.dumps(value)[:80]}")
+
+
+def _pooling_options(raw: Any) -> tuple[int | None, bool | None]:
+    source = f"{EMBEDDING_INPUT}.pooling_params"
+    if not isinstance(raw, dict):
+        raise InvalidRequest(f"{source}: must be a JSON object, got {type(raw).__name__}")
+    unknown = sorted(set(raw) - set(POOLING_KEYS))
+    if unknown:
+        raise InvalidRequest(f"{source}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(POOLING_KEYS)}")
+    dimensions = raw.get("dimensions")
+    if isinstance(dimensions, list) and len(dimensions) == 1:  # the official backend's form: [n]
+        dimensions = dimensions[0]
+    if dimensions is not None and not (type(dimensions) is int and dimensions > 0):
+        raise InvalidRequest(f"{source}.dimensions: must be a positive integer (or [n]), got {dimensions!r}")
+    use_activation = raw.get("use_activation")
+    if use_activation is not None and not isinstance(use_activation, bool):
+        raise InvalidRequest(f"{source}.use_activation: must be true or false, got {use_activation!r}")
+    return dimensions, use_activation
+
+
+def decode_embedding(view: RequestView) -> EmbedRequest:
+    """`embedding_request` JSON: `input` (text or token ids) and optional `pooling_params` (`dimensions`,
+    `use_activation`); other top-level keys are ignored, as the official backend does."""
+    array = view.input(EMBEDDING_INPUT)
+    raw = parse_parameters_json(_decode_text(_first(array, EMBEDDING_INPUT), EMBEDDING_INPUT), EMBEDDING_INPUT)
+    if "input" not in raw:
+        raise InvalidRequest(f"{EMBEDDING_INPUT}: missing \"input\" (the text or token ids to embed)")
+    dimensions, use_activation = _pooling_options(raw.get("pooling_params", {}))
+    outputs = OutputOptions(num_input_tokens=bool(_bool_input(view, "return_num_input_tokens")),
+                            num_output_tokens=bool(_bool_input(view, "return_num_output_tokens")))
+    return EmbedRequest(_embedding_input(raw["input"]), dimensions, use_activation, outputs)
+
+
+def decode_request(view: RequestView) -> GenerateRequest | EmbedRequest:
+    """An embedding when `embedding_request` is present (then `text_input` is not read), else a generation."""
+    if view.input(EMBEDDING_INPUT) is not None:
+        return decode_embedding(view)
     prompt = _decode_prompt(view)
     stream = bool(_bool_input(view, "stream"))
     exclude = _bool_input(view, "exclude_input_in_output")

@@ -76,6 +76,17 @@ def chunk_from_output(output: Any, n: int, prefix: str = "", logprobs: bool = Tr
     return chunk
 
 
+def chunk_from_embedding(output: Any) -> ResponseChunk:
+    """A pooling model's final output → one chunk: the embedding as a JSON list of floats in `text_output` (as the
+    official backend sends it), the prompt's token count, and no output tokens."""
+    from vllm.outputs import EmbeddingOutput
+
+    embedding = EmbeddingOutput.from_base(output.outputs).embedding
+    return ResponseChunk(texts=[json.dumps(embedding, allow_nan=False)], finish_reasons=["stop"],
+                         cumulative_logprobs=[math.nan], logprobs=[None], num_output_tokens=[0],
+                         num_input_tokens=len(output.prompt_token_ids or ()), finished=True)
+
+
 def encode_chunk(chunk: ResponseChunk, options: OutputOptions) -> dict[str, np.ndarray]:
     """The output tensors (name → array) the client asked for; `text_output` always."""
     arrays: dict[str, np.ndarray] = {

@@ -41,7 +41,7 @@ def parse_parameters_json(text: str, source: str) -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         raise InvalidRequest(f"{source}: not valid JSON ({exc.msg} at position {exc.pos})") from None
     except RecursionError:
-        raise InvalidRequest(f"{source}: JSON nested too deeply; send a flat object of sampling parameters") from None
+        raise InvalidRequest(f"{source}: JSON nested too deeply; send a flat JSON object") from None
     except ValueError as exc:
         raise InvalidRequest(f"{source}: {exc} is not a number JSON allows; send a finite number") from None
     if not isinstance(value, dict):

@@ -10,6 +10,7 @@ starved the clients of the other group for seconds at a time (docs/benchmarks.md
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -282,9 +283,19 @@ def http_json(url: str, body: dict[str, Any] | None = None) -> Any:
         return json.loads(response.read())
 
 
-def examples(http_url: str, prompt: str = "What is Triton?") -> list[str]:
+def pooling(model_repo: Path, model: str) -> bool:
+    """Whether a vLLM model's model.json makes it a pooling (embedding) model."""
+    for engine_args in model_repo.glob(f"{model}/*/model.json"):
+        with contextlib.suppress(OSError, ValueError):
+            if json.loads(engine_args.read_text()).get("runner") == "pooling":
+                return True
+    return False
+
+
+def examples(http_url: str, model_repo: Path, prompt: str = "What is Triton?") -> list[str]:
     """curl commands for each ready vLLM model and ensemble, built from its configuration: its required text
-    inputs, `max_tokens` for a vLLM model, `generate` unless it is decoupled, `generate_stream` if it is."""
+    inputs, `max_tokens` for a vLLM model (an `embedding_request` for a pooling model), `generate` unless it is
+    decoupled, `generate_stream` if it is."""
     commands = []
     for entry in http_json(f"{http_url}/v2/repository/index", {"ready": True}):
         config = http_json(f"{http_url}/v2/models/{entry['name']}/config")
@@ -297,7 +308,9 @@ def examples(http_url: str, prompt: str = "What is Triton?") -> list[str]:
                 continue  # a decoupled ensemble's /generate answers only when exactly one response comes back
             body: dict[str, Any] = {i["name"]: prompt for i in config.get("input", [])
                                     if i["data_type"] == "TYPE_STRING" and not i.get("optional")}
-            if vllm:
+            if vllm and pooling(model_repo, entry["name"]):
+                body = {"text_input": "", "embedding_request": json.dumps({"input": prompt})}
+            elif vllm:
                 body["parameters"] = {"stream": stream, "max_tokens": 16}
             endpoint = "generate_stream" if stream else "generate"
             commands.append(f"  curl -s {'-N ' if stream else ''}-X POST {http_url}/v2/models/{entry['name']}/"
@@ -343,7 +356,7 @@ def serve(argv: list[str]) -> int:
         server.wait_ready(args.timeout, progress=progress)
         h, m = server.http_url, server.metrics_url
         say("ready. Try:")
-        print("\n" + "\n\n".join(examples(h)) + f"""
+        print("\n" + "\n\n".join(examples(h, server.model_repo)) + f"""
 
   curl -s {m} | grep '^vllm'
 

@@ -66,7 +66,7 @@ def launched(model_repo: Path | None = None) -> Iterator[Launched]:
     process = subprocess.Popen(
         [sys.executable, str(ROOT / "scripts" / "triton_launcher.py"), "--http-port", str(ports[0]),
          "--grpc-port", str(ports[1]), "--metrics-port", str(ports[2])],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     output: list[str] = []
     pid = None
     deadline = time.monotonic() + 600
@@ -78,7 +78,7 @@ def launched(model_repo: Path | None = None) -> Iterator[Launched]:
         if "Ctrl-C stops the server" in line or not line:
             break
     try:
-        assert "ready. Try:" in "".join(output), "".join(output)
+        assert "ready. Try:" in "".join(output), "".join(output[-20:]) + process_states(pid)
         # Only the ports matter to the helpers; nothing is started through this object.
         endpoint = TritonServer(model_repo or ROOT / "samples" / "model_repository", http_port=ports[0],
                                 grpc_port=ports[1], metrics_port=ports[2])
@@ -90,6 +90,22 @@ def launched(model_repo: Path | None = None) -> Iterator[Launched]:
         if pid is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
+
+
+def process_states(pid: int | None) -> str:
+    """Where each process of a server that did not become ready is waiting (kernel wait channel per thread)."""
+    if pid is None or not psutil.pid_exists(pid):
+        return "\n(no tritonserver process)"
+    lines = []
+    root = psutil.Process(pid)
+    for process in [root, *root.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error, OSError):
+            waits = sorted({Path(f"/proc/{process.pid}/task/{t.id}/wchan").read_text() or "running"
+                            for t in process.threads()})
+            lines.append(f"{process.pid} {cmdline(process)[:60]} {process.status()} "
+                         f"cpu={process.cpu_times().user:.0f}s "
+                         f"waits={waits}")
+    return "\n" + "\n".join(lines)
 
 
 def printed_commands(output: list[str]) -> list[str]:

@@ -10,11 +10,23 @@ from vllm_triton_observable.backend.engine_runner import EngineRunner, EngineSta
 
 
 class FakeEngine:
-    def __init__(self):
+    def __init__(self, tasks=("generate",)):
         self.shut_down = threading.Event()
+        self.tasks, self.requests = tasks, []
 
     def _run_output_handler(self):
         pass
+
+    async def get_supported_tasks(self):
+        return self.tasks
+
+    async def generate(self, prompt, params, request_id):
+        self.requests.append(("generate", type(params).__name__))
+        yield None
+
+    async def encode(self, prompt, params, request_id):
+        self.requests.append(("encode", type(params).__name__))
+        yield None
 
     def shutdown(self):
         self.shut_down.set()
@@ -23,13 +35,13 @@ class FakeEngine:
 class SlowRunner(EngineRunner):
     """Builds a FakeEngine after `build_s`, like AsyncLLM.from_engine_args blocking for the engine's start."""
 
-    def __init__(self, build_s: float, start_timeout_s: float = 600.0):
+    def __init__(self, build_s: float, start_timeout_s: float = 600.0, tasks=("generate",)):
         super().__init__(engine_args=None, start_timeout_s=start_timeout_s)
-        self.build_s, self.built = build_s, []
+        self.build_s, self.built, self.tasks = build_s, [], tasks
 
     def _create(self, future):
         time.sleep(self.build_s)
-        engine = FakeEngine()
+        engine = FakeEngine(self.tasks)
         self.built.append(engine)
         future.set_result(engine)
 
@@ -83,3 +95,16 @@ def test_shutdown_during_a_start_waits_for_the_engine_and_shuts_it_down():
     assert all(engine.shut_down.is_set() for engine in runner.built) and len(runner.built) == 2
     assert failures == ["the model was unloaded while the engine was starting"]
     assert runner.engine is None
+
+
+@pytest.mark.parametrize("tasks, used", [(("generate",), ("generate", "SamplingParams")),
+                                         (("token_embed", "embed"), ("encode", "PoolingParams"))])
+def test_the_real_request_check_uses_what_the_model_can_do(tasks, used):
+    runner = SlowRunner(0, tasks=tasks)
+    runner.start()
+    try:
+        assert runner.supported_tasks == tasks
+        runner.generate_one_token(timeout_s=5)
+        assert runner.built[0].requests == [used]
+    finally:
+        runner.shutdown()

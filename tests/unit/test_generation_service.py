@@ -41,8 +41,8 @@ class FakeEngine:
 class Runner:
     """Runs each coroutine on a loop thread of its own, when told to (so a test can act before it runs)."""
 
-    def __init__(self, engine, hold=False):
-        self.engine, self.pending, self.hold = engine, [], hold
+    def __init__(self, engine, hold=False, tasks=("generate",)):
+        self.engine, self.pending, self.hold, self.supported_tasks = engine, [], hold, tasks
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, daemon=True).start()
 
@@ -59,10 +59,9 @@ class Runner:
 
 
 class View:
-    def __init__(self, parameters='{"max_tokens": 2}', prompt=b"hi"):
-        import numpy as np
-
-        self._inputs = {"text_input": np.array([prompt], dtype=object)}
+    def __init__(self, parameters='{"max_tokens": 2}', prompt=b"hi", **inputs):
+        self._inputs = {"text_input": np.array([prompt], dtype=object),
+                        **{k: np.array([v], dtype=object) for k, v in inputs.items()}}
         self._parameters = parameters
 
     def input(self, name):
@@ -78,9 +77,9 @@ def output(text, finished):
     return SimpleNamespace(outputs=[completion], prompt_token_ids=[1, 2], finished=finished)
 
 
-def serve(engine, view=None, hold=False, decoupled=True):
+def serve(engine, view=None, hold=False, decoupled=True, tasks=("generate",)):
     log, sender = Log(), FakeSender()
-    runner = Runner(engine, hold)
+    runner = Runner(engine, hold, tasks)
     service = GenerationService(runner, FakeIO(), LoraRegistry(), log, decoupled=decoupled)
     service.submit(SimpleNamespace(get_response_sender=lambda: sender), view or View())
     return service, runner, sender, log
@@ -170,3 +169,15 @@ def test_a_model_that_is_not_decoupled_answers_once_and_refuses_streaming():
     _, _, sender, _ = serve(FakeEngine([output("a", True)]), streaming, decoupled=False)
     _, code, message = final(sender)
     assert code == "INVALID_ARG" and "needs a decoupled model" in message and "stream: false" in message
+
+
+def test_a_request_the_model_cannot_serve_is_a_400_that_says_what_to_send():
+    embedding = View(embedding_request=b'{"input": "x"}')
+    engine = FakeEngine([output("a", True)])
+    _, _, sender, _ = serve(engine, embedding)
+    _, code, message = final(sender)
+    assert code == "INVALID_ARG" and "does not compute embeddings (its vLLM tasks: generate)" in message
+    _, _, sender, _ = serve(engine, View(), tasks=("embed",))
+    _, code, message = final(sender)
+    assert code == "INVALID_ARG" and "send embedding_request" in message
+    assert engine.calls == 0

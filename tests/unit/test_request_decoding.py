@@ -2,6 +2,7 @@
 
 import base64
 import json
+import re
 
 import numpy as np
 import pytest
@@ -121,3 +122,42 @@ def test_bad_input_is_named(make, message):
 def test_missing_text_input():
     with pytest.raises(InvalidRequest, match="text_input: missing"):
         decode_request(FakeView({}, "{}"))
+
+
+# -- embedding_request (pooling models) ------------------------------------------------------------------
+def embed(payload, **inputs):
+    raw = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    return decode_request(view(embedding_request=raw, **inputs))
+
+
+def test_embedding_request_as_the_official_backend_sends_it():
+    request = embed({"input": "some text", "pooling_params": {"dimensions": [8]}, "model": "ignored"},
+                    return_num_input_tokens=True)
+    assert request.prompt == "some text"
+    assert request.dimensions == 8  # the official form [n]; a bare n works too
+    assert embed({"input": "x", "pooling_params": {"dimensions": 8}}).dimensions == 8
+    assert request.outputs.num_input_tokens is True and request.outputs.num_output_tokens is False
+
+
+def test_embedding_request_takes_token_ids():
+    assert embed({"input": [1, 2, 3]}).prompt == {"prompt_token_ids": [1, 2, 3]}
+
+
+@pytest.mark.parametrize("payload, message", [
+    (b"{not json", "embedding_request: not valid JSON"),
+    (b"[" * 100_000, "embedding_request: JSON nested too deeply"),
+    ({"text": "x"}, 'embedding_request: missing "input"'),
+    ({"input": ""}, "embedding_request.input: must be a non-empty string or a non-empty list of token ids"),
+    ({"input": [1, "a"]}, "embedding_request.input: must be a non-empty string"),
+    ({"input": [-1]}, "embedding_request.input: must be a non-empty string"),
+    ({"input": [True]}, "embedding_request.input: must be a non-empty string"),
+    ({"input": "x", "pooling_params": []}, "embedding_request.pooling_params: must be a JSON object"),
+    ({"input": "x", "pooling_params": {"normalise": True}},
+     "embedding_request.pooling_params: unknown key(s) normalise; allowed: dimensions, use_activation"),
+    ({"input": "x", "pooling_params": {"dimensions": 0}}, "embedding_request.pooling_params.dimensions: must be"),
+    ({"input": "x", "pooling_params": {"dimensions": [1, 2]}}, "pooling_params.dimensions: must be a positive"),
+    ({"input": "x", "pooling_params": {"use_activation": "yes"}}, "pooling_params.use_activation: must be true"),
+])
+def test_bad_embedding_requests_are_named(payload, message):
+    with pytest.raises(InvalidRequest, match=re.escape(message)):
+        embed(payload)
