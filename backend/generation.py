@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import time
 import traceback
-import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -21,6 +20,7 @@ from .lora import LoraRegistry
 from .request_decoding import EmbedRequest, GenerateRequest, OutputOptions, RequestView, decode_request
 from .response_encoding import chunk_from_embedding, chunk_from_output
 from .response_thread import InflightRequest, Outcome, ResponseThread, TritonIO
+from .trace_attributes import Usage, describe, engine_trace_headers, request_id, start_span
 
 UNLOADING = "the model is being unloaded; send the request again once it is loaded"
 TASK_MISSING = {
@@ -43,6 +43,8 @@ class GenerationService:
         log: Any,
         on_finished: Callable[[InflightRequest, Outcome], None] | None = None,
         decoupled: bool = True,
+        tracer: Any = None,
+        trace_attributes: dict[str, Any] | None = None,
     ) -> None:
         from vllm.exceptions import VLLMClientError
         from vllm.sampling_params import RequestOutputKind
@@ -57,18 +59,25 @@ class GenerationService:
         self._on_finished_hook = on_finished
         self._decoupled = decoupled  # if not, Triton accepts exactly one (final) response per request
         self._refusal: RequestError | None = None
+        # metrics.tracing.RequestTracer when tritonserver traces in OpenTelemetry mode, else None (no spans at all)
+        self._tracer = tracer
+        self._trace_attributes = trace_attributes or {}
         self.responses = ResponseThread(io, self._abort, self._finished, log.error)
 
     # -- Triton's execute thread ----------------------------------------------------------------
     def submit(self, request: Any, view: RequestView) -> None:
         """Accept one request; it ends with exactly one final response, and nothing raises from here."""
-        inflight = InflightRequest(uuid.uuid4().hex, request.get_response_sender(), OutputOptions())
+        inflight = InflightRequest(request_id(view), request.get_response_sender(), OutputOptions())
         self.responses.register(inflight)
         try:
+            if self._tracer is not None:
+                inflight.span = start_span(self._tracer, view, inflight, self._trace_attributes)
             if self._refusal is not None:
                 raise self._refusal
             decoded = decode_request(view)
             inflight.options = decoded.outputs
+            if inflight.span is not None:
+                describe(inflight.span, decoded, self._trace_attributes.get("triton.model_name", ""))
             if isinstance(decoded, EmbedRequest):
                 self._check_task("embed")
                 self._runner.submit(self._embed(decoded, inflight))
@@ -112,7 +121,8 @@ class GenerationService:
 
         def start(engine: Any) -> AsyncIterator[Any]:
             return engine.generate(request.prompt, params, inflight.request_id,
-                                   lora_request=self._lora.request_for(request.sampling.lora_name))
+                                   lora_request=self._lora.request_for(request.sampling.lora_name),
+                                   trace_headers=engine_trace_headers(self._tracer, inflight.span))
 
         def each(output: Any) -> None:
             if request.stream:
@@ -130,7 +140,9 @@ class GenerationService:
         from vllm import PoolingParams
 
         params = PoolingParams(task="embed", dimensions=request.dimensions, use_activation=request.use_activation)
-        await self._serve(inflight, lambda engine: engine.encode(request.prompt, params, inflight.request_id),
+        await self._serve(inflight, lambda engine: engine.encode(
+                              request.prompt, params, inflight.request_id,
+                              trace_headers=engine_trace_headers(self._tracer, inflight.span)),
                           lambda output: None,
                           lambda output: self.responses.send_chunk(inflight, chunk_from_embedding(output)))
 
@@ -145,10 +157,20 @@ class GenerationService:
             engine = self._runner.engine
             if engine is None:
                 raise EngineUnavailable("the engine is restarting")
+            span = inflight.span
+            usage = Usage() if span is not None else None
+            if span is not None:
+                span.event("submitted to the engine")
             async for output in start(engine):
+                if usage is not None:
+                    if last is None:
+                        span.event("first token")
+                    usage.add(output)
                 last = output
                 each(output)
             if last is not None and last.finished:
+                if usage is not None:
+                    span.set(usage.attributes(last))
                 final(last)
                 return
             self._log.error(f"request {inflight.request_id}: vLLM's output stream ended without a final output")
@@ -184,6 +206,8 @@ class GenerationService:
             self._runner.submit(engine.abort(inflight.request_id))
 
     def _finished(self, inflight: InflightRequest, outcome: Outcome) -> None:
+        if inflight.span is not None:
+            inflight.span.end(outcome.value, inflight.error.message if inflight.error is not None else None)
         if self._on_finished_hook is not None:
             self._on_finished_hook(inflight, outcome)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from ..health.settings import HealthSettings, Recovery
 from ..metrics.backend_families import BackendInfo
 from ..metrics.exporter import MetricsExporter, gate
 from ..metrics.health_families import HealthFamilies
+from ..metrics.tracing import RequestTracer, TraceSettings
 from .device import check_device
 from .engine_args import build_engine_args, load_model_json, resolve_local_paths, validate_engine_config
 from .engine_runner import EngineRunner
@@ -55,6 +57,7 @@ class ModelInstance:
         self.heartbeat = Heartbeat()
         stat_loggers = [*(self.metrics.stat_loggers() if self.metrics else []),
                         *([self.heartbeat.logger_class()] if self.health_settings.enabled else [])]
+        self.tracer = self._tracer(args, engine_config)
         self.runner = EngineRunner(build_engine_args(engine_config), stat_loggers)
         self.log.info(f"starting the vLLM engine for model {engine_config.get('model')!r}")
         self.runner.start()
@@ -63,7 +66,10 @@ class ModelInstance:
         gc.collect()
         gc.freeze()
         self.service = GenerationService(self.runner, PbTritonIO(), self.lora, self.log, self._finished,
-                                         decoupled=decoupled)
+                                         decoupled=decoupled, tracer=self.tracer,
+                                         trace_attributes={"triton.model_name": args["model_name"],
+                                                           "triton.model_version": args["model_version"],
+                                                           "gen_ai.request.model": args["model_name"]})
         self.monitor = self._health_monitor(args["model_name"], explicit) if self.health_settings.enabled else None
         self.unload_watch = self._unload_watch(args)
         if self.metrics is not None:
@@ -89,6 +95,20 @@ class ModelInstance:
         self.log.info(f"metrics: on for {args['model_name']} (REPORT_CUSTOM_METRICS is true): vLLM's families "
                       "and vllm_triton_* on Triton's metrics endpoint")
         return MetricsExporter(pb_utils, args, self.log.error)
+
+    def _tracer(self, args: dict[str, str], engine_config: dict[str, Any]) -> RequestTracer | None:
+        """Spans when tritonserver traces in OpenTelemetry mode; vLLM's own span joins them unless model.json
+        already sends vLLM's traces somewhere (`otlp_traces_endpoint`)."""
+        settings = TraceSettings.from_server(server_argv())
+        if settings is None:
+            return None
+        if "otlp_traces_endpoint" not in engine_config:
+            engine_config["otlp_traces_endpoint"] = settings.endpoint
+            os.environ.setdefault("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf")  # vLLM's default is gRPC
+        self.log.info(f"tracing: on (tritonserver traces in OpenTelemetry mode); spans go to {settings.endpoint}")
+        return RequestTracer(settings, {"triton.model_name": args["model_name"]},
+                             on_dropped=lambda n: self.metrics.spans_dropped(n) if self.metrics else None,
+                             log_warn=self.log.warn)
 
     def _health_monitor(self, model_name: str, explicit: bool) -> HealthMonitor:
         import triton_python_backend_utils as pb_utils
@@ -137,4 +157,6 @@ class ModelInstance:
         self.service.close()
         if self.metrics is not None:
             self.metrics.stop()
+        if self.tracer is not None:
+            self.tracer.shutdown()
         self.log.info("unloaded: the engine and its processes are shut down")

@@ -45,6 +45,8 @@ class InflightRequest:
     options: OutputOptions
     cancelled: bool = False
     done: bool = False
+    error: RequestError | None = None  # the error the request ended with, if any
+    span: Any = None  # its trace span, when the request is traced
 
 
 @dataclass
@@ -161,6 +163,7 @@ class ResponseThread:
                 self._abort(request)  # nobody will read the rest: stop generating it
         if final:
             request.done = True
+            request.error = error
             with self._lock:
                 self._inflight.pop(request.request_id, None)
             try:

@@ -25,6 +25,18 @@ class TritonRequestView:
     def parameters(self) -> str:
         return self._request.parameters()
 
+    def request_id(self) -> str:
+        return self._request.request_id()
+
+    def trace_context(self) -> str | None:
+        """Triton's W3C trace context for this request ('{"traceparent": ...}') when Triton traces it in
+        OpenTelemetry mode, else None."""
+        try:
+            trace = self._request.trace()
+            return trace.get_context() if trace is not None else None
+        except Exception:  # older stubs, or a request Triton does not trace
+            return None
+
 
 class PbTritonIO:
     final_flag = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL

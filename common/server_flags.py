@@ -47,3 +47,14 @@ def http_url(argv: list[str]) -> str | None:
     address = flag_value(argv, "http-address") or "0.0.0.0"
     host = "127.0.0.1" if address in ("0.0.0.0", "") else "[::1]" if address == "::" else address
     return f"http://{host}:{flag_value(argv, 'http-port') or 8000}"
+
+
+def trace_config(argv: list[str]) -> dict[str, str]:
+    """Every `--trace-config [section,]key=value`, as {"mode": ..., "opentelemetry,url": ..., ...}; last wins."""
+    values = []
+    for i, arg in enumerate(argv):
+        if arg.startswith("--trace-config="):
+            values.append(arg.split("=", 1)[1])
+        elif arg == "--trace-config" and i + 1 < len(argv):
+            values.append(argv[i + 1])
+    return dict(value.split("=", 1) for value in values if "=" in value)

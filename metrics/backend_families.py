@@ -40,6 +40,9 @@ class BackendFamilies:
                            "client), rejected (bad input), failed (engine or internal error).",
                            labelnames=[names.OUTCOME])
         self.finished = {outcome: finished.labels(outcome.value) for outcome in Outcome}
+        self.spans_dropped = counter(names.TRACE_SPANS_DROPPED,
+                                     "Trace spans the exporter could not deliver to the OTLP receiver (tracing on "
+                                     "only: tritonserver --trace-config mode=opentelemetry).")
         self.since_record = gauge(names.SECONDS_SINCE_LAST_RECORD,
                                   "Seconds since vLLM last reported engine stats (grows while the engine is idle).")
 

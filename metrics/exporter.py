@@ -72,6 +72,10 @@ class MetricsExporter:
         if self.families is not None:
             self.families.request_finished(outcome)
 
+    def spans_dropped(self, count: int) -> None:
+        if self.families is not None:
+            self.families.spans_dropped.inc(count)
+
     def stop(self) -> None:
         if self._publisher is not None:
             self._publisher.stop()

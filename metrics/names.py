@@ -20,6 +20,7 @@ ENGINE_PROBE_LATENCY = "vllm_triton_engine_probe_latency_seconds"
 ENGINE_PROBE_FAILURES = "vllm_triton_engine_probe_consecutive_failures"
 ENGINE_SECONDS_SINCE_PROGRESS = "vllm_triton_engine_seconds_since_progress"
 ENGINE_RESTARTS = "vllm_triton_engine_restarts_total"
+TRACE_SPANS_DROPPED = "vllm_triton_trace_spans_dropped_total"
 
 # -- vLLM's families (as vLLM exposes them) -------------------------------------------------------------------------
 VLLM_REQUEST_SUCCESS = "vllm:request_success_total"

@@ -18,8 +18,8 @@ for path in (ROOT, ROOT / "scripts"):
 # The explicit-mode server's group first, on one worker; the other worker runs the modules with servers of their own
 # and then the shared default-mode server's group, so that no more than two servers' engines are up at once (each
 # engine takes ≈ 2.3 GB; see README "Tests"). Kept in this order by --no-loadscope-reorder.
-GROUP_ORDER = ("explicit", "test_model_config", "test_serve", "test_ensemble", "test_embeddings", "test_bench",
-               "shared")
+GROUP_ORDER = ("explicit", "test_model_config", "test_serve", "test_ensemble", "test_embeddings", "test_tracing",
+               "test_bench", "shared")
 
 
 def group_of(item: pytest.Item) -> str | None:

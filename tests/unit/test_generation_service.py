@@ -27,7 +27,7 @@ class FakeEngine:
     def __init__(self, outputs=(), fail=None):
         self.outputs, self.fail, self.calls = list(outputs), fail, 0
 
-    async def generate(self, prompt, params, request_id, lora_request=None):
+    async def generate(self, prompt, params, request_id, lora_request=None, trace_headers=None):
         self.calls += 1
         for output in self.outputs:
             yield output

@@ -1,0 +1,164 @@
+"""OpenTelemetry spans for the requests Triton traces: one backend span per request, a child of Triton's model span,
+from `execute()` until the final response is sent, with the GenAI semantic-convention attributes.
+
+Tracing follows Triton's own settings: with `--trace-config mode=opentelemetry` a request Triton traces (its
+context reaches the model as a W3C `traceparent`) gets a backend span, and vLLM's `llm_request` span becomes that
+span's child through `trace_headers`. A request Triton does not trace gets nothing, and a server not in
+OpenTelemetry mode builds no tracer at all: no exporter thread, no span objects. The exporter is the SDK's OTLP
+exporter, configured by the standard OTEL_* variables; without them it sends to Triton's own `opentelemetry,url`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from ..common.server_flags import trace_config
+
+SERVICE_NAME = "vllm-triton-backend"
+TRITON_DEFAULT_URL = "http://localhost:4318/v1/traces"  # opentelemetry-cpp's default, as Triton uses it
+QUEUE_SIZE = 2048  # spans held for export at most; beyond that the SDK drops them rather than block serving
+
+
+@dataclass(frozen=True)
+class TraceSettings:
+    endpoint: str  # OTLP/HTTP traces URL
+
+    @classmethod
+    def from_server(cls, argv: list[str], env: Mapping[str, str] = os.environ) -> TraceSettings | None:
+        """None unless tritonserver traces in OpenTelemetry mode."""
+        config = trace_config(argv)
+        if config.get("mode") != "opentelemetry":
+            return None
+        endpoint = (env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or
+                    (env["OTEL_EXPORTER_OTLP_ENDPOINT"].rstrip("/") + "/v1/traces"
+                     if env.get("OTEL_EXPORTER_OTLP_ENDPOINT") else None) or
+                    config.get("opentelemetry,url") or TRITON_DEFAULT_URL)
+        return cls(endpoint)
+
+
+def reachable(url: str, timeout_s: float = 1.0) -> bool:
+    parts = urlsplit(url)
+    try:
+        with socket.create_connection((parts.hostname or "localhost", parts.port or 4318), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+class _CountingExporter:
+    """Wraps the OTLP exporter: spans it could not deliver are counted, never raised into serving."""
+
+    def __init__(self, inner: Any, on_dropped: Callable[[int], None]) -> None:
+        self._inner, self._on_dropped = inner, on_dropped
+
+    def export(self, spans: Any) -> Any:
+        from opentelemetry.sdk.trace.export import SpanExportResult
+
+        try:
+            result = self._inner.export(spans)
+        except Exception:  # an exporter bug must not end the export thread
+            result = SpanExportResult.FAILURE
+        if result is not SpanExportResult.SUCCESS:
+            self._on_dropped(len(spans))
+        return result
+
+    def shutdown(self) -> None:
+        self._inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self._inner.force_flush(timeout_millis)
+
+
+class RequestSpan:
+    """One request's span; every method is safe to call in any order and more than once."""
+
+    def __init__(self, span: Any) -> None:
+        self._span = span
+        self._ended = False
+
+    def headers(self) -> dict[str, str]:
+        """W3C trace context naming this span: vLLM's `trace_headers`, so its span is this one's child."""
+        from opentelemetry import trace
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        carrier: dict[str, str] = {}
+        TraceContextTextMapPropagator().inject(carrier, context=trace.set_span_in_context(self._span))
+        return carrier
+
+    def rename(self, name: str) -> None:
+        self._span.update_name(name)
+
+    def set(self, attributes: Mapping[str, Any]) -> None:
+        self._span.set_attributes({k: v for k, v in attributes.items() if v is not None})
+
+    def event(self, name: str) -> None:
+        self._span.add_event(name)
+
+    def end(self, outcome: str, error: str | None = None) -> None:
+        if self._ended:
+            return
+        from opentelemetry.trace import Status, StatusCode
+
+        self._ended = True
+        self._span.set_attribute("vllm_triton.outcome", outcome)
+        if error is not None:
+            self._span.set_status(Status(StatusCode.ERROR, error))
+        self._span.add_event("final response sent")
+        self._span.end()
+
+
+class RequestTracer:
+    """The backend's tracer provider (its own, not the global one vLLM sets) and the spans it starts."""
+
+    def __init__(self, settings: TraceSettings, resource: Mapping[str, str],
+                 on_dropped: Callable[[int], None], log_warn: Callable[[str], None]) -> None:
+        import logging
+
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        self.settings = settings
+        if not reachable(settings.endpoint):
+            log_warn(f"tracing: no OTLP receiver answers at {settings.endpoint}; serving goes on and spans that "
+                     "cannot be delivered are counted in vllm_triton_trace_spans_dropped_total")
+        logging.getLogger("opentelemetry.exporter").setLevel(logging.CRITICAL)  # counted instead of logged
+        self.provider = TracerProvider(resource=Resource.create(
+            {"service.name": os.environ.get("OTEL_SERVICE_NAME", SERVICE_NAME), **resource}))
+        exporter = _CountingExporter(OTLPSpanExporter(endpoint=settings.endpoint), on_dropped)
+        self.provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=QUEUE_SIZE,
+                                                            schedule_delay_millis=500))
+        self._tracer = self.provider.get_tracer("vllm_triton_observable")
+
+    def start(self, triton_context: str | None, name: str, attributes: Mapping[str, Any]) -> RequestSpan | None:
+        """A span for a request Triton traces (its context JSON carries `traceparent`); None for the others."""
+        carrier = _carrier(triton_context)
+        if carrier is None:
+            return None
+        from opentelemetry.trace import SpanKind
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        parent = TraceContextTextMapPropagator().extract(carrier)
+        span = self._tracer.start_span(name, context=parent, kind=SpanKind.INTERNAL,
+                                       attributes={k: v for k, v in attributes.items() if v is not None})
+        return RequestSpan(span)
+
+    def shutdown(self) -> None:
+        self.provider.shutdown()
+
+
+def _carrier(triton_context: str | None) -> dict[str, str] | None:
+    if not triton_context:
+        return None
+    try:
+        carrier = json.loads(triton_context)
+    except ValueError:
+        return None
+    return carrier if isinstance(carrier, dict) and isinstance(carrier.get("traceparent"), str) else None

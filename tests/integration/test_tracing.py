@@ -1,0 +1,145 @@
+"""One OpenTelemetry trace from the client through Triton and this backend into vLLM, received by a real OTLP
+receiver: tritonserver in OpenTelemetry mode (`rate=0`: only requests that carry a `traceparent` are traced)
+exports OTLP/JSON, the backend and vLLM export OTLP/protobuf to the same place."""
+
+from __future__ import annotations
+
+import json
+import queue
+import secrets
+
+import numpy as np
+import pytest
+import requests
+import tritonclient.grpc as grpcclient
+from helpers import BASE_ENGINE, server_env, snapshot, value, write_model
+from otlp_receiver import OtlpReceiver
+from triton_launcher import TritonServer
+
+from vllm_triton_observable.metrics import names
+
+MODEL = "vllm_model"
+PROMPT = "Tracing shows where the time goes"
+BACKEND_SPAN = f"text_completion {MODEL}"
+VLLM_SPAN = "llm_request"
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory):
+    repo = tmp_path_factory.mktemp("traced_repository")
+    write_model(repo, MODEL, BASE_ENGINE, params={"REPORT_CUSTOM_METRICS": "true"})
+    with OtlpReceiver() as receiver:
+        env = {k: v for k, v in server_env().items() if not k.startswith("OTEL_")}
+        with TritonServer(repo, env=env, extra_args=[
+                "--trace-config", "mode=opentelemetry", "--trace-config", f"opentelemetry,url={receiver.url}",
+                "--trace-config", "rate=0", "--trace-config", "level=TIMESTAMPS"]) as triton:
+            triton.wait_ready(timeout=600)
+            yield triton, receiver
+
+
+def traceparent() -> tuple[str, str]:
+    trace_id = secrets.token_hex(16)
+    return trace_id, f"00-{trace_id}-{secrets.token_hex(8)}-01"
+
+
+def generate_traced(server, body: dict, stream: bool = False) -> tuple[str, requests.Response]:
+    trace_id, header = traceparent()
+    endpoint = "generate_stream" if stream else "generate"
+    response = requests.post(f"{server.http_url}/v2/models/{MODEL}/{endpoint}", json=body,
+                             headers={"traceparent": header}, timeout=60)
+    return trace_id, response
+
+
+def check_chain(spans: dict[str, dict]) -> None:
+    """Triton's model span → the backend's span → vLLM's llm_request, one trace, the backend span covering the
+    generation."""
+    backend, vllm = spans[BACKEND_SPAN], spans[VLLM_SPAN]
+    model_span = next(s for s in spans.values() if s["span_id"] == backend["parent_id"])
+    assert model_span["service"] != backend["service"] and model_span["attributes"].get(
+        "triton.model_name") == MODEL, model_span  # Triton's span for the model
+    assert vllm["parent_id"] == backend["span_id"]
+    assert backend["start"] <= vllm["start"] and backend["end"] >= vllm["end"]
+    assert backend["events"][:2] == ["submitted to the engine", "first token"]
+    assert backend["events"][-1] == "final response sent"
+    assert backend["attributes"]["gen_ai.provider.name"] == "vllm"
+    assert backend["attributes"]["triton.model_name"] == MODEL
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["generate", "generate_stream"])
+def test_one_trace_from_the_client_through_triton_and_the_backend_into_vllm(traced, stream):
+    server, receiver = traced
+    body = {"text_input": PROMPT, "return_num_input_tokens": True, "return_num_output_tokens": True,
+            "parameters": {"max_tokens": 12, "ignore_eos": True, "temperature": 0.5, "top_p": 0.9,
+                           "stream": stream}}
+    trace_id, response = generate_traced(server, body, stream=stream)
+    assert response.status_code == 200, response.text
+    spans = receiver.trace(trace_id, {"InferRequest", BACKEND_SPAN, VLLM_SPAN})
+    assert {"InferRequest", BACKEND_SPAN, VLLM_SPAN} <= set(spans), sorted(spans)
+    check_chain(spans)
+    attributes = spans[BACKEND_SPAN]["attributes"]
+    answers = [line for line in response.text.splitlines() if line.strip()]
+    parsed = [json.loads(a.removeprefix("data: ")) for a in answers]
+    assert attributes["gen_ai.usage.input_tokens"] == parsed[0]["num_input_tokens"]
+    assert attributes["gen_ai.usage.output_tokens"] == sum(p["num_output_tokens"] for p in parsed) == 12
+    assert attributes["gen_ai.request.max_tokens"] == 12 and attributes["gen_ai.request.temperature"] == 0.5
+    assert attributes["gen_ai.request.top_p"] == pytest.approx(0.9)
+    assert attributes["gen_ai.response.finish_reasons"] == ["length"]
+    assert attributes["vllm_triton.stream"] is stream and attributes["vllm_triton.outcome"] == "completed"
+    assert spans[VLLM_SPAN]["attributes"]["gen_ai.usage.completion_tokens"] == 12
+
+
+def test_grpc_streaming_with_a_request_id_joins_ids(traced):
+    server, receiver = traced
+    trace_id, header = traceparent()
+    inputs = []
+    for name, array, dtype in [("text_input", np.array([PROMPT.encode()], dtype=object), "BYTES"),
+                               ("stream", np.array([True]), "BOOL"),
+                               ("sampling_parameters", np.array([b'{"max_tokens": 6}'], dtype=object), "BYTES")]:
+        tensor = grpcclient.InferInput(name, list(array.shape), dtype)
+        tensor.set_data_from_numpy(array)
+        inputs.append(tensor)
+    responses: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+    client.start_stream(callback=lambda result, error: responses.put((result, error)), headers={"traceparent": header})
+    client.async_stream_infer(MODEL, inputs, request_id="order-42", enable_empty_final_response=True)
+    while True:
+        result, error = responses.get(timeout=60)
+        assert error is None, error
+        if result.get_response().parameters["triton_final_response"].bool_param:
+            break
+    client.stop_stream()
+    spans = receiver.trace(trace_id, {"InferRequest", BACKEND_SPAN, VLLM_SPAN})
+    check_chain(spans)
+    backend = spans[BACKEND_SPAN]["attributes"]
+    assert backend["triton.request_id"] == "order-42"
+    assert backend["gen_ai.response.id"].startswith("order-42-")  # the vLLM request id carries the client's id
+    assert spans[VLLM_SPAN]["attributes"]["gen_ai.request.id"] == backend["gen_ai.response.id"]
+
+
+def test_a_rejected_request_ends_its_span_with_error(traced):
+    server, receiver = traced
+    trace_id, response = generate_traced(server, {"text_input": PROMPT, "parameters": {"max_tokens": 0}})
+    assert response.status_code == 400
+    spans = receiver.trace(trace_id, {BACKEND_SPAN})
+    status = spans[BACKEND_SPAN]["status"]
+    assert status.get("code") in ("STATUS_CODE_ERROR", 2) and "max_tokens" in status.get("message", ""), status
+    assert spans[BACKEND_SPAN]["attributes"]["vllm_triton.outcome"] == "rejected"
+
+
+def test_a_request_triton_does_not_trace_gets_no_span(traced):
+    server, receiver = traced
+    before = len(receiver.spans)
+    response = requests.post(f"{server.http_url}/v2/models/{MODEL}/generate",
+                             json={"text_input": "untraced", "parameters": {"max_tokens": 2}}, timeout=60)
+    assert response.status_code == 200
+    trace_id, response = generate_traced(server, {"text_input": "traced", "parameters": {"max_tokens": 2}})
+    receiver.trace(trace_id, {BACKEND_SPAN, VLLM_SPAN})  # everything exported before this has arrived too
+    names_after = [s["name"] for s in receiver.spans[before:] if s["trace_id"] != trace_id]
+    assert names_after == [], names_after
+    assert value(snapshot(server), names.TRACE_SPANS_DROPPED, model=MODEL) == 0
+    assert receiver.bodies.get("application/x-protobuf", 0) > 0 and receiver.bodies.get("application/json", 0) > 0
+
+
+def test_no_tracing_configured_means_no_tracer(server):
+    """The shared server runs without --trace-config: the backend builds no tracer and says nothing about it."""
+    assert "tracing: on" not in server.log_text()

@@ -1,0 +1,63 @@
+"""Tracing's pure logic: when it is on and where spans go (from tritonserver's flags and OTEL_* variables), which
+requests get a span, and that spans the exporter cannot deliver are counted, not raised."""
+
+from opentelemetry.sdk.trace.export import SpanExportResult
+
+from vllm_triton_observable.common.server_flags import trace_config
+from vllm_triton_observable.metrics.tracing import RequestTracer, TraceSettings, _CountingExporter
+
+OTEL = ["tritonserver", "--trace-config", "mode=opentelemetry",
+        "--trace-config=opentelemetry,url=http://collector:4318/v1/traces", "--trace-config", "rate=1"]
+
+
+def test_trace_config_reads_every_form():
+    assert trace_config(OTEL) == {"mode": "opentelemetry", "opentelemetry,url": "http://collector:4318/v1/traces",
+                                  "rate": "1"}
+
+
+def test_tracing_is_on_only_in_opentelemetry_mode():
+    assert TraceSettings.from_server(["tritonserver"], env={}) is None
+    assert TraceSettings.from_server(["tritonserver", "--trace-config", "mode=triton"], env={}) is None
+    assert TraceSettings.from_server(OTEL, env={}).endpoint == "http://collector:4318/v1/traces"
+    assert TraceSettings.from_server(OTEL[:3], env={}).endpoint == "http://localhost:4318/v1/traces"
+
+
+def test_the_standard_otel_variables_win():
+    assert TraceSettings.from_server(OTEL, env={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://otel:4318/"}
+                                     ).endpoint == "http://otel:4318/v1/traces"
+    assert TraceSettings.from_server(OTEL, env={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://otel:4318",
+                                                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://t:9/x"}
+                                     ).endpoint == "http://t:9/x"
+
+
+def test_undeliverable_spans_are_counted_not_raised():
+    dropped = []
+
+    class Failing:
+        def export(self, spans):
+            raise ConnectionError("collector down")
+
+    class Refused:
+        def export(self, spans):
+            return SpanExportResult.FAILURE
+
+    assert _CountingExporter(Failing(), dropped.append).export([1, 2, 3]) is SpanExportResult.FAILURE
+    assert _CountingExporter(Refused(), dropped.append).export([1]) is SpanExportResult.FAILURE
+    assert dropped == [3, 1]
+
+
+def test_only_requests_triton_traces_get_a_span():
+    warnings = []
+    tracer = RequestTracer(TraceSettings("http://127.0.0.1:9/v1/traces"), {}, lambda n: None, warnings.append)
+    try:
+        assert "no OTLP receiver answers" in warnings[0]  # said once, at load
+        assert tracer.start(None, "x", {}) is None
+        assert tracer.start("not json", "x", {}) is None
+        assert tracer.start('{"other": 1}', "x", {}) is None
+        span = tracer.start('{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}', "x",
+                            {"a": 1, "skipped": None})
+        assert span.headers()["traceparent"].startswith("00-0af7651916cd43dd8448eb211c80319c-")
+        span.end("completed")
+        span.end("completed")  # a second end is harmless
+    finally:
+        tracer.shutdown()
