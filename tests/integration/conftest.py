@@ -44,7 +44,11 @@ EXPLICIT_STARTUP = ["h_restart", "h_unload", "h_fail", "h_off"]
 @pytest.fixture(scope="session")
 def server(tmp_path_factory):
     repo = tmp_path_factory.mktemp("model_repository")
-    write_model(repo, "vllm_model", params={**METRICS_ON, "ENABLE_VLLM_HEALTH_CHECK": "true"})
+    # Health monitor on (its families are checked here; the fault tests use the explicit server). A probe timeout
+    # above the 5-s default: this server's first engine probes while the others (and other tests' servers) still
+    # start on the same two cores, and a healthy engine's round trip has taken longer than 5 s then.
+    write_model(repo, "vllm_model", params={**METRICS_ON, "ENABLE_VLLM_HEALTH_CHECK": "true",
+                                            "HEALTH_PROBE_TIMEOUT_S": "30"})
     write_model(repo, "vllm_lora", LORA_ENGINE, params=METRICS_ON, instances=2,
                 files={"multi_lora.json": json.dumps({"tiny-lora": str(TINY_LORA)})})
     write_model(repo, "vllm_nometrics")
