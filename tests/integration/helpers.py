@@ -185,7 +185,7 @@ def grpc_inputs(prompt: bytes | str, *, stream: bool = True, sampling: dict[str,
 
 async def grpc_stream(server: Any, model: str, inputs: list[Any], *, stop_after: int | None = None,
                       on_response: Callable[[Any], None] | None = None,
-                      timeout: float = 60) -> list[tuple[Any, Any]]:
+                      timeout: float = 60, headers: dict[str, str] | None = None) -> list[tuple[Any, Any]]:
     """Responses of one streaming request; with `stop_after`, the client cancels after that many."""
     import tritonclient.grpc.aio as aioclient
 
@@ -195,7 +195,7 @@ async def grpc_stream(server: Any, model: str, inputs: list[Any], *, stop_after:
         yield {"model_name": model, "inputs": inputs, "request_id": "r"}
 
     results: list[tuple[Any, Any]] = []
-    stream = client.stream_infer(requests_iter(), stream_timeout=timeout)
+    stream = client.stream_infer(requests_iter(), stream_timeout=timeout, headers=headers)
     try:
         async for result, error in stream:
             results.append((result, error))

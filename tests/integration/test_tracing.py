@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import requests
 import tritonclient.grpc as grpcclient
-from helpers import BASE_ENGINE, server_env, snapshot, value, write_model
+from helpers import BASE_ENGINE, grpc_inputs, grpc_stream, run, server_env, snapshot, value, write_model
 from otlp_receiver import OtlpReceiver
 from triton_launcher import TritonServer
 
@@ -124,6 +124,18 @@ def test_a_rejected_request_ends_its_span_with_error(traced):
     status = spans[BACKEND_SPAN]["status"]
     assert status.get("code") in ("STATUS_CODE_ERROR", 2) and "max_tokens" in status.get("message", ""), status
     assert spans[BACKEND_SPAN]["attributes"]["vllm_triton.outcome"] == "rejected"
+
+
+def test_a_cancelled_request_ends_its_span_with_error(traced):
+    server, receiver = traced
+    trace_id, header = traceparent()
+    run(grpc_stream(server, MODEL, grpc_inputs(PROMPT, sampling={"max_tokens": 500, "ignore_eos": True}),
+                    stop_after=2, headers={"traceparent": header}))
+    backend = receiver.trace(trace_id, {BACKEND_SPAN}, timeout=30)[BACKEND_SPAN]
+    assert backend["attributes"]["vllm_triton.outcome"] == "cancelled", backend["attributes"]
+    assert backend["status"].get("code") in ("STATUS_CODE_ERROR", 2), backend["status"]
+    assert "cancelled" in backend["status"].get("message", "")
+    assert backend["attributes"].get("gen_ai.usage.output_tokens", 0) < 500  # it did not run to the end
 
 
 def test_a_request_triton_does_not_trace_gets_no_span(traced):
