@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from observability.config import Config, DashboardUID, LatencySLO
-from observability.promql import error_ratio
+from observability.promql import age, error_ratio
 from vllm_triton_observable.metrics import names
 from vllm_triton_observable.metrics.registry import le_label
 
@@ -75,6 +75,11 @@ def recording_rules(config: Config) -> list[RecordingRule]:
 def alerts(config: Config) -> list[Alert]:
     s = lambda extra="": selector(config, extra)  # noqa: E731
     kv = f"max by ({ENGINE}) ({names.VLLM_KV_CACHE_USAGE}{s()})"
+    stall = f"{config.stall_seconds:g}"
+    no_record = age(names.LAST_RECORD_TIMESTAMP, config.triton_selector, INSTANCE)
+    no_progress = age(names.ENGINE_LAST_PROGRESS_TIMESTAMP, config.triton_selector, INSTANCE)
+    waiting = f"sum by ({INSTANCE}) ({names.VLLM_WAITING}{s()})"
+    preemptions = f"sum by ({INSTANCE}) (rate({names.VLLM_PREEMPTIONS}{s()}[5m]))"
     errors = error_ratio(config.triton_selector, config.triton_selector, MODEL, "5m")
     found = [
         Alert(
@@ -127,22 +132,30 @@ def alerts(config: Config) -> list[Alert]:
         ),
         Alert(
             name="VllmEngineStalled",
+            # Ages come from published Unix timestamps: a wedged stub stops publishing, Triton keeps exporting
+            # its last values, and the age grows. While the monitor restarts an engine (healthy 0) it does not
+            # publish either: VllmEngineUnhealthy covers that time.
             expr=(
-                f"(max by ({INSTANCE}) ({names.REQUESTS_IN_FLIGHT}{s()}) > 0) and on ({INSTANCE}) "
-                f"(max by ({INSTANCE}) ({names.SECONDS_SINCE_LAST_RECORD}{s()}) > "
-                f"{config.stall_seconds:g})"),
+                f"((max by ({INSTANCE}) ({names.REQUESTS_IN_FLIGHT}{s()}) > 0) and on ({INSTANCE}) "
+                f"({no_record} > {stall})) or "
+                f"(({no_progress} > {stall}) and on ({INSTANCE}) "
+                f"(max by ({INSTANCE}) ({names.ENGINE_HEALTHY}{s()}) == 1))"),
             for_=config.stall_for,
             severity="critical",
-            summary="A vLLM engine has requests in flight but makes no progress.",
+            summary="A vLLM engine, or the backend serving it, makes no progress.",
             description=(
-                "{{ $labels.model_instance }} on {{ $labels.instance }} has requests in flight and vLLM has reported "
-                "no engine step for over " + f"{config.stall_seconds:g}" + " s."),
+                "{{ $labels.model_instance }} on {{ $labels.instance }} has made no progress for {{ $value | "
+                "humanizeDuration }}: no engine step with requests in flight, or no report from the backend at all."),
             meaning=(
-                "Requests are accepted but the engine does not step: a hang (deadlock, stuck collective, stopped "
-                "process) that vLLM's own dead-engine check does not see."),
+                "Requests are accepted but the engine does not step — a hang (deadlock, stuck collective, stopped "
+                "process) that vLLM's own dead-engine check does not see — or the backend's Python stub itself is "
+                "wedged and has stopped publishing (its last values stay on /metrics; their timestamps give it "
+                "away). Ages are computed by Prometheus from the published timestamps "
+                f"({names.LAST_RECORD_TIMESTAMP}, {names.ENGINE_LAST_PROGRESS_TIMESTAMP}), so they cannot freeze "
+                "at a healthy value."),
             check=(
                 "Whether the health monitor is on (ENABLE_VLLM_HEALTH_CHECK) and what it logged; py-spy dump of the "
-                "EngineCore and worker processes; GPU state."),
+                "EngineCore and worker processes and of the model's triton_python_backend_stub; GPU state."),
             action=(
                 "Turn the health monitor on so hung engines are restarted automatically; otherwise restart the "
                 "model or the server, and capture stacks before you do."),
@@ -225,30 +238,20 @@ def alerts(config: Config) -> list[Alert]:
                 "KV cache of {{ $labels.model_instance }} engine {{ $labels.engine }} is "
                 "{{ $value | humanizePercentage }} full."),
             meaning=(
-                "Running requests hold almost all KV-cache blocks; new requests queue and running ones may be "
-                "preempted."),
+                "Running requests hold almost all KV-cache blocks. A warning, never a page: vLLM is built to fill "
+                "its KV cache (the more sequences it batches, the higher the throughput), so a healthy server under "
+                "load sits here. Users feel it only when requests queue (VllmRequestsQueueing: time to first token "
+                "grows) or running ones are preempted and recomputed (VllmHighPreemptionRate); those page."),
             check=f"{names.VLLM_WAITING}, preemptions, prompt and generation lengths, prefix-cache hit ratio.",
             action=(
-                "Add capacity (instances, GPU memory via gpu_memory_utilization), lower max_num_seqs or "
-                "max_model_len, or shed load."),
-            dashboard=DashboardUID.SATURATION,
-            panel="KV-cache usage (max and mean)",
-        ),
-        Alert(
-            name="VllmKVCacheHigh",
-            expr=f"{kv} > {config.kv_cache_critical:g}",
-            for_=config.kv_cache_critical_for,
-            severity="critical",
-            summary="A vLLM engine's KV cache is nearly full.",
-            description=(
-                "KV cache of {{ $labels.model_instance }} engine {{ $labels.engine }} is "
-                "{{ $value | humanizePercentage }} full."),
+                "Capacity planning, not an emergency: add capacity (instances, GPU memory via "
+                "gpu_memory_utilization), lower max_num_seqs or max_model_len, or raise the prefix-cache hit ratio."),
             dashboard=DashboardUID.SATURATION,
             panel="KV-cache usage (max and mean)",
         ),
         Alert(
             name="VllmRequestsQueueing",
-            expr=f"sum by ({INSTANCE}) ({names.VLLM_WAITING}{s()}) > {config.waiting_requests_warning:g}",
+            expr=f"{waiting} > {config.waiting_requests_warning:g}",
             for_=config.waiting_requests_for,
             severity="warning",
             summary="Requests are queueing in a vLLM engine.",
@@ -260,10 +263,18 @@ def alerts(config: Config) -> list[Alert]:
             panel="Waiting requests by reason",
         ),
         Alert(
+            name="VllmRequestsQueueing",
+            expr=f"{waiting} > {config.waiting_requests_critical:g}",
+            for_=config.waiting_requests_critical_for,
+            severity="critical",
+            summary="Requests are queueing in a vLLM engine.",
+            description="{{ $value }} requests wait in {{ $labels.model_instance }} on {{ $labels.instance }}.",
+            dashboard=DashboardUID.SATURATION,
+            panel="Waiting requests by reason",
+        ),
+        Alert(
             name="VllmHighPreemptionRate",
-            expr=(
-                f"sum by ({INSTANCE}) (rate({names.VLLM_PREEMPTIONS}{s()}[5m])) > "
-                f"{config.preemptions_per_s_warning:g}"),
+            expr=f"{preemptions} > {config.preemptions_per_s_warning:g}",
             for_=config.preemptions_for,
             severity="warning",
             summary="A vLLM engine preempts requests often.",
@@ -273,6 +284,16 @@ def alerts(config: Config) -> list[Alert]:
                 "recompute: throughput drops and latency grows."),
             check="KV-cache usage, batch size (tokens per step), generation lengths.",
             action="Give the engine more KV cache or admit fewer concurrent sequences (max_num_seqs).",
+            dashboard=DashboardUID.SATURATION,
+            panel="Preemptions/s",
+        ),
+        Alert(
+            name="VllmHighPreemptionRate",
+            expr=f"{preemptions} > {config.preemptions_per_s_critical:g}",
+            for_=config.preemptions_critical_for,
+            severity="critical",
+            summary="A vLLM engine preempts requests often.",
+            description="{{ $labels.model_instance }} preempts {{ $value | humanize }} requests/s.",
             dashboard=DashboardUID.SATURATION,
             panel="Preemptions/s",
         ),

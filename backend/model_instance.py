@@ -23,7 +23,7 @@ from ..health.settings import HealthSettings, Recovery
 from ..metrics.backend_families import BackendInfo
 from ..metrics.exporter import MetricsExporter, gate
 from ..metrics.health_families import HealthFamilies
-from ..metrics.tracing import RequestTracer, TraceSettings
+from ..metrics.tracing import VLLM_SERVICE_NAME, RequestTracer, TraceSettings
 from .device import check_device
 from .engine_args import build_engine_args, load_model_json, resolve_local_paths, validate_engine_config
 from .engine_runner import EngineRunner
@@ -102,13 +102,16 @@ class ModelInstance:
         settings = TraceSettings.from_server(server_argv())
         if settings is None:
             return None
+        self.log.info(f"tracing: on (tritonserver traces in OpenTelemetry mode); spans go to {settings.endpoint}")
+        tracer = RequestTracer(settings, {"triton.model_name": args["model_name"]},
+                               on_dropped=lambda n: self.metrics.spans_dropped(n) if self.metrics else None,
+                               log_warn=self.log.warn)
         if "otlp_traces_endpoint" not in engine_config:
             engine_config["otlp_traces_endpoint"] = settings.endpoint
             os.environ.setdefault("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf")  # vLLM's default is gRPC
-        self.log.info(f"tracing: on (tritonserver traces in OpenTelemetry mode); spans go to {settings.endpoint}")
-        return RequestTracer(settings, {"triton.model_name": args["model_name"]},
-                             on_dropped=lambda n: self.metrics.spans_dropped(n) if self.metrics else None,
-                             log_warn=self.log.warn)
+            # After the backend's tracer took its own name: vLLM's spans would otherwise be "unknown_service".
+            os.environ.setdefault("OTEL_SERVICE_NAME", VLLM_SERVICE_NAME)
+        return tracer
 
     def _health_monitor(self, model_name: str, explicit: bool) -> HealthMonitor:
         import triton_python_backend_utils as pb_utils
@@ -116,7 +119,8 @@ class ModelInstance:
         families = HealthFamilies(self.metrics.registry) if self.metrics else None
         unload = (lambda: pb_utils.unload_model(model_name)) if explicit else None
         return HealthMonitor(self.health_settings, model_name, engine=self.runner, requests=self.service,
-                             heartbeat=self.heartbeat, log=self.log, report=families, unload=unload)
+                             heartbeat=self.heartbeat, log=self.log, report=families, unload=unload,
+                             incidents=self.tracer.incidents(model_name) if self.tracer else None)
 
     def _unload_watch(self, args: dict[str, str]) -> UnloadWatch | None:
         base = http_url(server_argv())

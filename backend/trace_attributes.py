@@ -16,9 +16,14 @@ UNSAMPLED = {"traceparent": "00-00000000000000000000000000000001-000000000000000
 
 
 def client_request_id(view: Any) -> str:
-    """The id the client gave the Triton request ("" when none); views without one (tests) have none."""
+    """The id the client gave the Triton request ("" when none, or when the stub cannot say): called before a
+    request can be answered, so it never raises."""
     get = getattr(view, "request_id", None)
-    return get() if get is not None else ""
+    try:
+        given = get() if get is not None else ""
+    except Exception:
+        return ""
+    return given if isinstance(given, str) else ""
 
 
 def request_id(view: Any) -> str:

@@ -7,7 +7,7 @@ from grafana_foundation_sdk.builders.dashboard import Dashboard
 from dashboards.layout import dashboard, row
 from dashboards.panels import graph
 from observability.config import Config, DashboardUID
-from observability.promql import TRITON, quantile, sel, sum_rate
+from observability.promql import TRITON, age, quantile, sel, sum_rate
 from vllm_triton_observable.metrics import names
 
 UID = DashboardUID.HEALTH
@@ -33,8 +33,10 @@ def build(config: Config, slo_buckets: dict[str, tuple[float, ...]]) -> Dashboar
                           (sel(names.ENGINE_PROBE_FAILURES, TRITON), "{{model_instance}}"),
                           span=8))
         .with_panel(graph("Seconds since engine progress", "Seconds without an engine step while requests are "
-                          "in flight (0 when idle); the stall watchdog's measure.", "s",
-                          (sel(names.ENGINE_SECONDS_SINCE_PROGRESS, TRITON), "{{model_instance}}"), span=8))
+                          "in flight (about 0 when idle): the stall watchdog's measure, computed here from the "
+                          "published timestamp, so it also grows when the backend itself stops publishing.", "s",
+                          (age(names.ENGINE_LAST_PROGRESS_TIMESTAMP, TRITON, names.MODEL_INSTANCE),
+                           "{{model_instance}}"), span=8))
         .with_panel(graph("Engine restarts", "Engines replaced in place (HEALTH_RECOVERY=restart), per hour (the "
                           "rate over the panel's interval, times 3600). VllmEngineCrashLoop pages on repeated "
                           "restarts.", "short",
@@ -45,9 +47,9 @@ def build(config: Config, slo_buckets: dict[str, tuple[float, ...]]) -> Dashboar
                           "(vLLM's stat logger) and publish (to Triton). Should be 0; the engine keeps serving.",
                           "short", (sum_rate(names.METRICS_ERRORS, TRITON, f"{names.MODEL_INSTANCE}, {names.STAGE}"),
                                     "{{stage}} {{model_instance}}")))
-        .with_panel(graph("Seconds since vLLM's last stats", "Seconds since the engine last reported stats "
-                          "(grows while idle).", "s",
-                          (sel(names.SECONDS_SINCE_LAST_RECORD, TRITON), "{{model_instance}}")))
+        .with_panel(graph("Seconds since vLLM's last stats", "Seconds since the engine last reported stats, "
+                          "i.e. its last step with output (grows while idle).", "s",
+                          (age(names.LAST_RECORD_TIMESTAMP, TRITON, names.MODEL_INSTANCE), "{{model_instance}}")))
         .with_panel(graph("Backend info", f"Versions and switches of each model instance ({names.INFO}).",
                           "none", (sel(names.INFO, TRITON),
                                    "{{model_instance}} vLLM {{vllm_version}} backend {{backend_version}} "

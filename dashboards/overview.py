@@ -68,6 +68,5 @@ def build(config: Config, slo_buckets: dict[str, tuple[float, ...]]) -> Dashboar
                           "percentunit", (f"max by ({names.MODEL}, {names.MODEL_INSTANCE}, {names.ENGINE}) "
                                           f"({sel(names.VLLM_KV_CACHE_USAGE, VLLM)})",
                                           "{{model_instance}} engine {{engine}}"),
-                          thresholds=[(None, "green"), (config.kv_cache_warning, "orange"),
-                                      (config.kv_cache_critical, "red")]))
+                          thresholds=[(None, "green"), (config.kv_cache_warning, "orange")]))
     )

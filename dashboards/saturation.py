@@ -21,9 +21,8 @@ def build(config: Config, slo_buckets: dict[str, tuple[float, ...]]) -> Dashboar
         board.with_row(row("KV cache and scheduling"))
         .with_panel(graph("KV-cache usage (max and mean)", "Highest and mean KV-cache usage over the selected "
                           "engines; sustained values near 1 cause preemptions.", "percentunit",
-                          (f"max({kv})", "max"), (f"avg({kv})", "mean"), (f"min({kv})", "min"),
-                          thresholds=[(None, "green"), (config.kv_cache_warning, "orange"),
-                                      (config.kv_cache_critical, "red")]))
+                          (f"max({kv})", "max"), (f"avg({kv})", "mean"),
+                          thresholds=[(None, "green"), (config.kv_cache_warning, "orange")]))
         .with_panel(graph("Preemptions/s", "Requests preempted by the scheduler per second (KV cache exhausted).",
                           "short", (sum_rate(names.VLLM_PREEMPTIONS, VLLM, names.MODEL), "{{model}}")))
         .with_panel(graph("Waiting requests by reason", "Requests waiting for capacity or deferred, per reason.",

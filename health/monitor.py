@@ -18,7 +18,7 @@ from ..common.errors import EngineUnavailable
 from ..common.vocabulary import HealthState
 from .evaluator import HealthEvaluator, Observation, Transition
 from .heartbeat import Heartbeat
-from .ports import Engine, Report, Requests
+from .ports import Engine, Incidents, Report, Requests
 from .settings import HealthSettings, Recovery
 
 TICK_S = 0.25
@@ -35,6 +35,7 @@ class HealthMonitor:
         log: Any,
         report: Report | None = None,
         unload: Callable[[], None] | None = None,
+        incidents: Incidents | None = None,
     ) -> None:
         self.settings = settings
         self.evaluator = HealthEvaluator(settings)
@@ -45,6 +46,7 @@ class HealthMonitor:
         self._log = log
         self._report = report
         self._unload = unload
+        self._incidents = incidents
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="vllm-health", daemon=True)
         self._probe: tuple[float, concurrent.futures.Future[Any]] | None = None
@@ -63,6 +65,8 @@ class HealthMonitor:
         self._stop.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(10)
+        if self._incidents is not None:
+            self._incidents.stopped()
 
     # -- one tick ---------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -119,11 +123,15 @@ class HealthMonitor:
         log(f"engine health: {transition.state.value} — {transition.cause}")
         if transition.state is not HealthState.UNHEALTHY:
             return
+        if self._incidents is not None:
+            self._incidents.unhealthy(transition.cause)
         error = EngineUnavailable(f"model {self._model} is unavailable: {transition.cause}")
         self._requests.refuse_new_requests(error)
         self._requests.fail_inflight(error)
         self._publish(None)
         if self.settings.recovery is Recovery.UNLOAD:
+            if self._incidents is not None:
+                self._incidents.not_recovered("unloading the model (HEALTH_RECOVERY=unload)")
             self._unload_model()
         elif self.settings.recovery is Recovery.RESTART:
             self._restart()
@@ -142,6 +150,8 @@ class HealthMonitor:
     def _recovered(self, cause: str) -> None:
         transition = self.evaluator.recovered(cause)
         self._requests.refuse_new_requests(None)
+        if self._incidents is not None:
+            self._incidents.recovered(cause)
         if transition is not None:
             self._on_transition(transition)
 
@@ -152,22 +162,31 @@ class HealthMonitor:
                            f"{self.settings.restart_max_attempts})")
             if self._stop.wait(wait):
                 return
+            if self._incidents is not None:
+                self._incidents.restart_started(attempt, self.settings.restart_max_attempts, wait)
             try:
                 self._engine.restart()
             except Exception as exc:
                 self._log.error(f"engine restart attempt {attempt} failed: {type(exc).__name__}: {exc}")
+                if self._incidents is not None:
+                    self._incidents.restart_ended(f"{type(exc).__name__}: {exc}")
                 continue
+            if self._incidents is not None:
+                self._incidents.restart_ended(None)
             self._probe = None
             self._heartbeat.last_step = None
             if self._report is not None:
                 self._report.restarted()
             self._recovered(f"engine restarted in place (attempt {attempt})")
             return
+        action = ("unloading the model" if self._unload is not None
+                  else "the model stays loaded and refuses requests")
+        self._log.error(f"every restart attempt failed: {action}")
+        if self._incidents is not None:
+            self._incidents.not_recovered(action)
         if self._unload is not None:
-            self._log.error("every restart attempt failed: unloading the model")
             self._unload_model()
         else:
-            self._log.error("every restart attempt failed: the model stays loaded and refuses requests")
             self._finished = True
 
     def _unload_model(self) -> None:

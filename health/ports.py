@@ -1,8 +1,8 @@
 """What the health monitor needs from the rest of the backend, defined here and implemented elsewhere.
 
 The backend's engine runner and generation service implement `Engine` and `Requests`; the metrics room's health
-families implement `Report`. The composition root (`backend/model_instance.py`) hands them to the monitor, so this
-room imports neither and its logic is unit-tested with fakes.
+families implement `Report` and its tracer `Incidents`. The composition root (`backend/model_instance.py`) hands
+them to the monitor, so this room imports neither and its logic is unit-tested with fakes.
 """
 
 from __future__ import annotations
@@ -47,3 +47,23 @@ class Report(Protocol):
     def probe_latency(self, seconds: float) -> None: ...
 
     def restarted(self) -> None: ...
+
+
+class Incidents(Protocol):
+    """A health incident as a trace: from unhealthy to recovered (or given up), with each restart attempt in it."""
+
+    def unhealthy(self, cause: str) -> None: ...
+
+    def restart_started(self, attempt: int, attempts: int, backoff_s: float) -> None: ...
+
+    def restart_ended(self, error: str | None) -> None:
+        """The attempt begun last ended: None when the new engine started, else why it did not."""
+
+    def recovered(self, cause: str) -> None: ...
+
+    def not_recovered(self, action: str) -> None:
+        """The incident ends without recovery: `action` says what happens instead (unloading, or staying loaded
+        and refusing requests)."""
+
+    def stopped(self) -> None:
+        """The monitor stops (the model unloads): an incident still open ends here."""

@@ -43,8 +43,9 @@ class BackendFamilies:
         self.spans_dropped = counter(names.TRACE_SPANS_DROPPED,
                                      "Trace spans the exporter could not deliver to the OTLP receiver (tracing on "
                                      "only: tritonserver --trace-config mode=opentelemetry).")
-        self.since_record = gauge(names.SECONDS_SINCE_LAST_RECORD,
-                                  "Seconds since vLLM last reported engine stats (grows while the engine is idle).")
+        self.last_record = gauge(names.LAST_RECORD_TIMESTAMP,
+                                 "Unix time vLLM last reported engine stats, i.e. its last engine step with output "
+                                 "(0 before the first; ages with time() - ..., growing while the engine is idle).")
 
     def request_finished(self, outcome: Outcome) -> None:
         self.finished[outcome].inc()
@@ -52,5 +53,5 @@ class BackendFamilies:
     def refresh(self) -> None:
         """Called by the publisher before it snapshots the registry."""
         self.inflight.set(self._inflight_count())
-        if self._registry.last_record is not None:
-            self.since_record.set(time.monotonic() - self._registry.last_record)
+        if self._registry.last_record is not None:  # monotonic in the registry: a clock step cannot fake an age
+            self.last_record.set(time.time() - (time.monotonic() - self._registry.last_record))

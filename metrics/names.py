@@ -13,14 +13,20 @@ INFO = "vllm_triton_info"
 REQUESTS_IN_FLIGHT = "vllm_triton_requests_in_flight"
 REQUESTS_FINISHED = "vllm_triton_requests_finished_total"
 METRICS_ERRORS = "vllm_triton_metrics_errors_total"
-SECONDS_SINCE_LAST_RECORD = "vllm_triton_metrics_seconds_since_last_record"
+# Liveness as Unix timestamps: ages are computed in PromQL with time(), so a wedged stub (whose last published
+# values Triton keeps exporting) shows as stale instead of frozen at a healthy age.
+LAST_RECORD_TIMESTAMP = "vllm_triton_metrics_last_record_timestamp_seconds"
 ENGINE_HEALTHY = "vllm_triton_engine_healthy"
 ENGINE_HEALTH_STATE = "vllm_triton_engine_health_state"
 ENGINE_PROBE_LATENCY = "vllm_triton_engine_probe_latency_seconds"
 ENGINE_PROBE_FAILURES = "vllm_triton_engine_probe_consecutive_failures"
-ENGINE_SECONDS_SINCE_PROGRESS = "vllm_triton_engine_seconds_since_progress"
+ENGINE_LAST_PROGRESS_TIMESTAMP = "vllm_triton_engine_last_progress_timestamp_seconds"
 ENGINE_RESTARTS = "vllm_triton_engine_restarts_total"
 TRACE_SPANS_DROPPED = "vllm_triton_trace_spans_dropped_total"
+
+# -- tracing: the backend's OpenTelemetry service and the span attribute dashboards search by ---------------------
+TRACE_SERVICE = "vllm-triton-backend"  # unless OTEL_SERVICE_NAME says otherwise
+TRACE_MODEL_ATTRIBUTE = "triton.model_name"
 
 # -- vLLM's families (as vLLM exposes them) -------------------------------------------------------------------------
 VLLM_REQUEST_SUCCESS = "vllm:request_success_total"

@@ -6,6 +6,7 @@ context reaches the model as a W3C `traceparent`) gets a backend span, and vLLM'
 span's child through `trace_headers`. A request Triton does not trace gets nothing, and a server not in
 OpenTelemetry mode builds no tracer at all: no exporter thread, no span objects. The exporter is the SDK's OTLP
 exporter, configured by the standard OTEL_* variables; without them it sends to Triton's own `opentelemetry,url`.
+Health incidents (unhealthy → restarts → recovered) are traces of their own, whenever tracing is on.
 """
 
 from __future__ import annotations
@@ -13,14 +14,16 @@ from __future__ import annotations
 import json
 import os
 import socket
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 from ..common.server_flags import trace_config
+from .names import TRACE_SERVICE
 
-SERVICE_NAME = "vllm-triton-backend"
+VLLM_SERVICE_NAME = "vllm"  # vLLM's tracer names its service only through OTEL_SERVICE_NAME
 TRITON_DEFAULT_URL = "http://localhost:4318/v1/traces"  # opentelemetry-cpp's default, as Triton uses it
 QUEUE_SIZE = 2048  # spans held for export at most; beyond that the SDK drops them rather than block serving
 
@@ -131,7 +134,7 @@ class RequestTracer:
                      "cannot be delivered are counted in vllm_triton_trace_spans_dropped_total")
         logging.getLogger("opentelemetry.exporter").setLevel(logging.CRITICAL)  # counted instead of logged
         self.provider = TracerProvider(resource=Resource.create(
-            {"service.name": os.environ.get("OTEL_SERVICE_NAME", SERVICE_NAME), **resource}))
+            {"service.name": os.environ.get("OTEL_SERVICE_NAME", TRACE_SERVICE), **resource}))
         exporter = _CountingExporter(OTLPSpanExporter(endpoint=settings.endpoint), on_dropped)
         self.provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=QUEUE_SIZE,
                                                             schedule_delay_millis=500))
@@ -150,8 +153,82 @@ class RequestTracer:
                                        attributes={k: v for k, v in attributes.items() if v is not None})
         return RequestSpan(span)
 
+    def incidents(self, model: str) -> IncidentTrace:
+        return IncidentTrace(self._tracer, model)
+
     def shutdown(self) -> None:
         self.provider.shutdown()
+
+
+class IncidentTrace:
+    """Health incidents as traces (the health room's `Incidents`): one root span per incident, from unhealthy to
+    recovered or given up — its length is the downtime — with a child span per restart attempt, so an operator
+    sees the outage, each restart and its cost beside the requests that failed in it."""
+
+    def __init__(self, tracer: Any, model: str) -> None:
+        self._tracer, self._model = tracer, model
+        self._incident: Any = None
+        self._restart: Any = None
+        self._lock = threading.Lock()
+
+    def unhealthy(self, cause: str) -> None:
+        from opentelemetry.context import Context
+
+        with self._lock:
+            if self._incident is None:
+                self._incident = self._tracer.start_span(
+                    f"engine incident {self._model}", context=Context(),
+                    attributes={"triton.model_name": self._model, "vllm_triton.health.cause": cause})
+            self._incident.add_event("unhealthy", {"cause": cause})
+
+    def restart_started(self, attempt: int, attempts: int, backoff_s: float) -> None:
+        from opentelemetry import trace
+
+        with self._lock:
+            if self._incident is None:
+                return
+            self._restart = self._tracer.start_span(
+                "engine restart", context=trace.set_span_in_context(self._incident),
+                attributes={"vllm_triton.restart.attempt": attempt, "vllm_triton.restart.max_attempts": attempts,
+                            "vllm_triton.restart.backoff_s": backoff_s})
+
+    def restart_ended(self, error: str | None) -> None:
+        with self._lock:
+            self._end_restart(error)
+
+    def recovered(self, cause: str) -> None:
+        self._end("recovered", cause, error=None)
+
+    def not_recovered(self, action: str) -> None:
+        self._end("not recovered", action, error=action)
+
+    def stopped(self) -> None:
+        self._end("model unloaded", "the monitor stopped with the engine still unhealthy",
+                  error="unloaded while unhealthy")
+
+    def _end_restart(self, error: str | None) -> None:
+        span, self._restart = self._restart, None
+        if span is None:
+            return
+        from opentelemetry.trace import Status, StatusCode
+
+        if error is not None:
+            span.set_status(Status(StatusCode.ERROR, error))
+        span.end()
+
+    def _end(self, event: str, detail: str, error: str | None) -> None:
+        from opentelemetry.trace import Status, StatusCode
+
+        with self._lock:
+            span, self._incident = self._incident, None
+            if span is None:
+                return
+            self._end_restart(error)
+            span.add_event(event, {"detail": detail})
+            span.set_attribute("vllm_triton.health.outcome", event)
+            if error is not None:
+                span.set_status(Status(StatusCode.ERROR, error))
+            span.end()
 
 
 def _carrier(triton_context: str | None) -> dict[str, str] | None:

@@ -59,14 +59,18 @@ class Config:
     # or any other target; set it to your own job's selector (e.g. 'job="my-llm"') if its name differs.
     triton_selector: str = 'job=~".*triton.*"'
 
+    # A full KV cache is how vLLM runs under load: it warns at most. Queueing and preemptions, which users feel,
+    # are the paging signals (alerts/runbook.md, VllmKVCacheHigh).
     kv_cache_warning: float = 0.90
     kv_cache_warning_for: str = "10m"
-    kv_cache_critical: float = 0.95
-    kv_cache_critical_for: str = "5m"
     waiting_requests_warning: float = 50
     waiting_requests_for: str = "5m"
+    waiting_requests_critical: float = 200
+    waiting_requests_critical_for: str = "10m"
     preemptions_per_s_warning: float = 1.0
     preemptions_for: str = "5m"
+    preemptions_per_s_critical: float = 10.0
+    preemptions_critical_for: str = "10m"
     error_ratio_warning: float = 0.01
     error_ratio_warning_for: str = "10m"
     error_ratio_critical: float = 0.05

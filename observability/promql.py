@@ -51,6 +51,11 @@ def error_ratio(vllm_selector: str, triton_selector: str, by: str = "", window: 
     return ratio(errors, total)
 
 
+def age(timestamp: str, selector: str, by: str) -> str:
+    """Seconds since a published Unix timestamp, computed by Prometheus: a backend that stops publishing ages."""
+    return f"time() - max by ({by}) ({sel(timestamp, selector)})"
+
+
 def attainment(histogram: str, selector: str, le: str, by: str = "") -> str:
     """Share of observations at or under the bucket `le` (an SLO's good events over all events)."""
     return ratio(sum_rate(histogram + "_bucket", selector, by, extra=f'le="{le}"'),

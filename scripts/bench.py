@@ -1,12 +1,14 @@
 """make bench: the same streaming workload through bare AsyncLLM and through Triton with this backend.
 
-Configurations, run in interleaved rounds (a b c d a b c d …) so that machine drift hits all alike:
+Configurations, run in interleaved rounds (a b c d e a b c d e …) so that machine drift hits all alike:
   a  vLLM's AsyncLLM directly, in this process
   b  tritonserver + this backend, metrics off
   c  metrics on (REPORT_CUSTOM_METRICS)
   d  metrics and the health monitor on
-b, c and d are three models of one tritonserver; a model is idle while another is measured, and each
-measurement starts after a short settle (vLLM's workers busy-poll for a second after their last step).
+  e  metrics on, and every request traced (Triton, this backend and vLLM export OTLP spans to a sink)
+b, c and d are three models of one tritonserver; e is the same model as c on a second tritonserver started with
+OpenTelemetry tracing (rate 1), so the untraced ones build no tracer at all. A model is idle while another is
+measured, and each measurement starts after a short settle (vLLM's workers busy-poll for a second after work).
 Per round it also records the CPU seconds of every process involved, the client included, per token.
 Prints a table and writes JSON (default .bench/latest.json). Options: see --help (or BENCH_ARGS for make).
 """
@@ -20,6 +22,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -34,7 +37,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
-from triton_launcher import TINY_ENGINE, TritonServer, write_model  # noqa: E402
+from triton_launcher import TINY_ENGINE, TritonServer, free_port, write_model  # noqa: E402
 
 ENGINE = TINY_ENGINE
 CONFIGS = {
@@ -42,7 +45,9 @@ CONFIGS = {
     "b": ("Triton, metrics off", {}),
     "c": ("Triton, metrics on", {"REPORT_CUSTOM_METRICS": "true"}),
     "d": ("Triton, metrics + health", {"REPORT_CUSTOM_METRICS": "true", "ENABLE_VLLM_HEALTH_CHECK": "true"}),
+    "e": ("Triton, metrics + tracing", {"REPORT_CUSTOM_METRICS": "true"}),
 }
+TRACED = {"e"}  # served by the tritonserver that traces every request
 PROMPT = "Benchmark request {i}: the quick brown fox jumps over the lazy dog while the server streams tokens."
 
 
@@ -117,13 +122,14 @@ def _stub_of(server_pid: int, model: str) -> int | None:
     return None
 
 
-def config_pids(key: str, server: TritonServer | None) -> list[int]:
+def config_pids(key: str, servers: dict[str, TritonServer]) -> list[int]:
     """The processes a configuration uses: this process and its engine (a), or tritonserver plus the model's
-    stub, EngineCore and worker (b–d). Found once per round: walking the process table while measuring costs CPU
+    stub, EngineCore and worker (b–e). Found once per round: walking the process table while measuring costs CPU
     and the GIL."""
     if key == "a":
-        skip = set(_tree(server.process.pid)) if server else set()
+        skip = {p for server in servers.values() for p in _tree(server.process.pid)}
         return [p for p in _tree(os.getpid()) if p not in skip]
+    server = servers[server_of(key)]
     stub = _stub_of(server.process.pid, f"bench_{key}")
     return [server.process.pid] + (_tree(stub) if stub else [])
 
@@ -292,12 +298,44 @@ def machine() -> dict:
             "VLLM_CPU_NUM_OF_RESERVED_CPU": os.environ.get("VLLM_CPU_NUM_OF_RESERVED_CPU", "vLLM default")}
 
 
-def write_repository(root: Path, configs: list[str]) -> None:
+def spans_dropped(server: TritonServer) -> float:
+    """Spans the traced server's exporters could not deliver: non-zero means tracing was measured at a discount."""
+    import requests
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from vllm_triton_observable.metrics import names
+
+    text = requests.get(server.metrics_url, timeout=10).text
+    return sum(sample.value for family in text_string_to_metric_families(text) for sample in family.samples
+               if sample.name == names.TRACE_SPANS_DROPPED)
+
+
+def server_of(key: str) -> str:
+    return "traced" if key in TRACED else "plain"
+
+
+def write_repositories(root: Path, configs: list[str]) -> dict[str, Path]:
+    """One model repository per tritonserver the configurations need."""
+    repositories = {}
     for key in configs:
         params = CONFIGS[key][1]
         if params is None:
             continue
-        write_model(root, f"bench_{key}", ENGINE, params=params)
+        repository = repositories.setdefault(server_of(key), root / server_of(key))
+        write_model(repository, f"bench_{key}", ENGINE, params=params)
+    return repositories
+
+
+def start_servers(repositories: dict[str, Path], sink_url: str) -> dict[str, TritonServer]:
+    """Start every server first, then wait for all: their engines build side by side."""
+    tracing = ["--trace-config", "mode=opentelemetry", "--trace-config", f"opentelemetry,url={sink_url}",
+               "--trace-config", "rate=1", "--trace-config", "level=TIMESTAMPS"]
+    servers = {name: TritonServer(repository, extra_args=tracing if name == "traced" else [],
+                                  log_path=ROOT / ".build" / f"bench-tritonserver-{name}.log").start()
+               for name, repository in repositories.items()}
+    for server in servers.values():
+        server.wait_ready(timeout=900)
+    return servers
 
 
 async def start_direct():
@@ -341,7 +379,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--tokens", type=int, default=128)
-    parser.add_argument("--configs", default="a,b,c,d", help="which of a,b,c,d to run")
+    parser.add_argument("--configs", default="a,b,c,d,e", help="which of a,b,c,d,e to run")
     parser.add_argument("--warmup", type=int, default=1, help="unmeasured warm-up rounds")
     parser.add_argument("--settle", type=float, default=2.0,
                         help="idle seconds before each measurement (vLLM's workers busy-poll for 1 s after work)")
@@ -350,18 +388,22 @@ def main(argv: list[str]) -> int:
     configs = [c for c in args.configs.split(",") if c]
     unknown = set(configs) - set(CONFIGS)
     if unknown:
-        parser.error(f"unknown configurations {sorted(unknown)}; choose among a,b,c,d")
+        parser.error(f"unknown configurations {sorted(unknown)}; choose among {','.join(CONFIGS)}")
 
     runs: dict[str, list[Run]] = {c: [] for c in configs}
+    sink, sink_url = None, ""
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
-        write_repository(Path(tmp), configs)
-        server = None
-        if any(CONFIGS[c][1] is not None for c in configs):
-            say("starting tritonserver with one model per Triton configuration (≈ 1 min)")
-            server = TritonServer(Path(tmp), log_path=ROOT / ".build" / "bench-tritonserver.log").start()
-            server.wait_ready(timeout=900)
+        repositories = write_repositories(Path(tmp), configs)
+        servers: dict[str, TritonServer] = {}
         loop = asyncio.new_event_loop()
         try:
+            if "traced" in repositories:
+                port = free_port()
+                sink = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "otlp_sink.py"), str(port)])
+                sink_url = f"http://127.0.0.1:{port}/v1/traces"
+            if repositories:
+                say(f"starting {len(repositories)} tritonserver(s), one model per Triton configuration (≈ 1 min)")
+                servers = start_servers(repositories, sink_url)
             engine = None
             if "a" in configs:
                 say("starting vLLM's AsyncLLM in this process (≈ 30 s)")
@@ -373,17 +415,18 @@ def main(argv: list[str]) -> int:
                 warm = round_index < args.warmup
                 for key in configs:
                     label = "warm-up" if warm else f"round {round_index - args.warmup + 1}/{args.rounds}"
-                    pids = config_pids(key, server)
+                    pids = config_pids(key, servers)
                     sampler = RssSampler(pids)
-                    cpu_pids = pids if key == "a" else [*pids, os.getpid()]  # b–d: the client's CPU too
+                    cpu_pids = pids if key == "a" else [*pids, os.getpid()]  # b–e: the client's CPU too
                     time.sleep(args.settle)
                     cpu_before = cpu_seconds(cpu_pids)
                     sampler.start()
                     if key == "a":
                         run = loop.run_until_complete(direct_round(engine, args.concurrency, args.tokens))
                     else:
-                        run = loop.run_until_complete(triton_round(server, f"bench_{key}", args.concurrency,
-                                                                   args.tokens, scrape=key in ("c", "d")))
+                        run = loop.run_until_complete(triton_round(servers[server_of(key)], f"bench_{key}",
+                                                                   args.concurrency, args.tokens,
+                                                                   scrape=key in ("c", "d", "e")))
                     sampler.stop.set()
                     sampler.join()
                     run.peak_rss_mib = sampler.peak
@@ -394,10 +437,13 @@ def main(argv: list[str]) -> int:
                         runs[key].append(run)
             if engine is not None:
                 loop.run_until_complete(stop_direct(engine))
+            dropped = spans_dropped(servers["traced"]) if "traced" in servers else None
         finally:
             loop.close()
-            if server is not None:
+            for server in servers.values():
                 server.stop()
+            if sink is not None:
+                sink.terminate()
 
     results = {key: summarize(r) for key, r in runs.items()}
     ttft = {k: results[k]["ttft_p50_ms"]["median"] for k in results}
@@ -405,12 +451,14 @@ def main(argv: list[str]) -> int:
         "triton_over_direct": ratio(results, "b", "a"),
         "metrics_on_over_off": ratio(results, "c", "b"),
         "health_on_over_off": ratio(results, "d", "c"),
+        "tracing_on_over_off": ratio(results, "e", "c"),
         "ttft_p50_overhead_ms": (ttft["b"] - ttft["a"]) if ttft.get("a") is not None and ttft.get("b") is not None
         else None,
-        "scrape_p99_ms": max((results[k]["scrape_p99_ms"]["median"] for k in ("c", "d")
+        "scrape_p99_ms": max((results[k]["scrape_p99_ms"]["median"] for k in ("c", "d", "e")
                               if k in results and results[k]["scrape_p99_ms"]["median"] is not None), default=None),
     }
     report = {"ratios": ratios, "configs": {k: CONFIGS[k][0] for k in configs}, "results": results,
+              "trace_spans_dropped": dropped,
               "workload": {"concurrency": args.concurrency, "tokens": args.tokens, "rounds": args.rounds,
                            "warmup": args.warmup, "prompt": PROMPT, "engine": ENGINE},
               "machine": machine(), "command": "make bench BENCH_ARGS='" + " ".join(argv) + "'"}

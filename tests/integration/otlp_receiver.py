@@ -107,3 +107,14 @@ class OtlpReceiver:
             if names <= set(found) or time.monotonic() > deadline:
                 return found
             time.sleep(0.2)
+
+    def span(self, name: str, timeout: float = 20) -> dict[str, Any]:
+        """The first span called `name` (any trace), waiting for it to arrive."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                found = next((s for s in self.spans if s["name"] == name), None)
+            if found is not None:
+                return found
+            assert time.monotonic() < deadline, f"no span {name!r} arrived within {timeout:g} s"
+            time.sleep(0.2)

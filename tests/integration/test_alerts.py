@@ -140,16 +140,30 @@ SCENARIOS = {
                           "values": "0 0 1 1 2 2 2 2 2 2"}],
         # the third restart within the hour (at 6m) pages at once; two restarts never do
         "alert_rule_test": [quiet("VllmEngineCrashLoop", "5m"), fired("VllmEngineCrashLoop", "6m", CRIT)]}],
-    "VllmEngineStalled": [{
-        "input_series": [
-            {"series": f"{names.REQUESTS_IN_FLIGHT}{{{LABELS}}}", "values": "2x10"},
-            {"series": f"{names.SECONDS_SINCE_LAST_RECORD}{{{LABELS}}}", "values": "0+30x10"},
-            {"series": f'{names.REQUESTS_IN_FLIGHT}{{{LABELS.replace("m_0_0", "idle")}}}', "values": "0x10"},
-            {"series": f'{names.SECONDS_SINCE_LAST_RECORD}{{{LABELS.replace("m_0_0", "idle")}}}',
-             "values": "1000x10"}],
-        # 120 s at 4m is not over the threshold; 150 s at 5m starts the 1m `for`.
-        "alert_rule_test": [quiet("VllmEngineStalled", "4m"), quiet("VllmEngineStalled", "5m"),
-                            fired("VllmEngineStalled", "6m", CRIT)]}],
+    # promtool's clock starts at Unix time 0: a timestamp series "0+60x10" keeps up with time(), "60x10" froze.
+    "VllmEngineStalled": [
+        {  # requests in flight, no engine step since t=60 s: 120 s old at 3m (not over), 180 s at 4m, firing at 5m;
+           # an idle engine's stats age as they may
+            "input_series": [
+                {"series": f"{names.REQUESTS_IN_FLIGHT}{{{LABELS}}}", "values": "2x10"},
+                {"series": f"{names.LAST_RECORD_TIMESTAMP}{{{LABELS}}}", "values": "0 60x10"},
+                {"series": f'{names.REQUESTS_IN_FLIGHT}{{{LABELS.replace("m_0_0", "idle")}}}', "values": "0x10"},
+                {"series": f'{names.LAST_RECORD_TIMESTAMP}{{{LABELS.replace("m_0_0", "idle")}}}', "values": "0x10"}],
+            "alert_rule_test": [quiet("VllmEngineStalled", "3m"), quiet("VllmEngineStalled", "4m"),
+                                fired("VllmEngineStalled", "5m", CRIT)]},
+        {  # a wedged stub: healthy and idle, as last published, but its progress timestamp stopped at t=60 s;
+           # a live instance's keeps up, and one being restarted (healthy 0) is VllmEngineUnhealthy's
+            "input_series": [
+                {"series": f"{names.ENGINE_HEALTHY}{{{LABELS}}}", "values": "1x10"},
+                {"series": f"{names.ENGINE_LAST_PROGRESS_TIMESTAMP}{{{LABELS}}}", "values": "0 60x10"},
+                {"series": f"{names.REQUESTS_IN_FLIGHT}{{{LABELS}}}", "values": "0x10"},
+                {"series": f'{names.ENGINE_HEALTHY}{{{LABELS.replace("m_0_0", "live")}}}', "values": "1x10"},
+                {"series": f'{names.ENGINE_LAST_PROGRESS_TIMESTAMP}{{{LABELS.replace("m_0_0", "live")}}}',
+                 "values": "0+60x10"},
+                {"series": f'{names.ENGINE_HEALTHY}{{{LABELS.replace("m_0_0", "restarting")}}}', "values": "0x10"},
+                {"series": f'{names.ENGINE_LAST_PROGRESS_TIMESTAMP}{{{LABELS.replace("m_0_0", "restarting")}}}',
+                 "values": "0x10"}],
+            "alert_rule_test": [quiet("VllmEngineStalled", "4m"), fired("VllmEngineStalled", "5m", CRIT)]}],
     "VllmMetricsAbsent": [{
         "input_series": [{"series": 'up{job="triton", instance="a:8002"}', "values": "1x10"},
                          {"series": 'up{job="triton", instance="b:8002"}', "values": "1x10"},
@@ -184,30 +198,39 @@ SCENARIOS = {
                 {"series": f'{names.VLLM_REQUEST_SUCCESS}{{{VLLM}, finished_reason="stop"}}', "values": "0+991x30"},
                 {"series": f'{names.VLLM_REQUEST_SUCCESS}{{{VLLM}, finished_reason="error"}}', "values": "0+9x30"}],
             "alert_rule_test": [quiet("VllmHighErrorRatio", "25m")]}],
-    "VllmKVCacheHigh": [{
-        "input_series": [{"series": f"{names.VLLM_KV_CACHE_USAGE}{{{VLLM}}}", "values": "0.92x20"},
+    "VllmKVCacheHigh": [{  # a completely full cache warns, and never pages
+        "input_series": [{"series": f"{names.VLLM_KV_CACHE_USAGE}{{{VLLM}}}", "values": "0.92x60"},
                          {"series": f'{names.VLLM_KV_CACHE_USAGE}{{{VLLM.replace("m_0_0", "full")}}}',
-                          "values": "0.96x20"},
+                          "values": "1x60"},
                          {"series": f'{names.VLLM_KV_CACHE_USAGE}{{{VLLM.replace("m_0_0", "edge")}}}',
-                          "values": "0.9x20"}],
+                          "values": "0.9x60"}],
         "alert_rule_test": [
-            fired("VllmKVCacheHigh", "5m", {**GROUP, "model_instance": "full", "engine": "0",
-                                            "severity": "critical"}),
+            quiet("VllmKVCacheHigh", "9m"),
             fired("VllmKVCacheHigh", "10m", {**GROUP, "engine": "0", "severity": "warning"},
-                  {**GROUP, "model_instance": "full", "engine": "0", "severity": "warning"},
-                  {**GROUP, "model_instance": "full", "engine": "0", "severity": "critical"})]}],
+                  {**GROUP, "model_instance": "full", "engine": "0", "severity": "warning"}),
+            fired("VllmKVCacheHigh", "60m", {**GROUP, "engine": "0", "severity": "warning"},
+                  {**GROUP, "model_instance": "full", "engine": "0", "severity": "warning"})]}],
     "VllmRequestsQueueing": [{
-        "input_series": [{"series": f"{names.VLLM_WAITING}{{{VLLM}}}", "values": "51x10"},
+        "input_series": [{"series": f"{names.VLLM_WAITING}{{{VLLM}}}", "values": "201x20"},
                          {"series": f'{names.VLLM_WAITING}{{{VLLM.replace("m_0_0", "edge")}}}',
-                          "values": "50x10"}],
+                          "values": "50x20"},
+                         {"series": f'{names.VLLM_WAITING}{{{VLLM.replace("m_0_0", "busy")}}}',
+                          "values": "200x20"}],
+        # over 50 warns after 5m, over 200 pages after 10m; 50 exactly never
         "alert_rule_test": [quiet("VllmRequestsQueueing", "4m"),
-                            fired("VllmRequestsQueueing", "5m", WARN)]}],
+                            fired("VllmRequestsQueueing", "5m", WARN, {**WARN, "model_instance": "busy"}),
+                            fired("VllmRequestsQueueing", "10m", WARN, {**WARN, "model_instance": "busy"}, CRIT)]}],
     "VllmHighPreemptionRate": [{
-        "input_series": [{"series": f"{names.VLLM_PREEMPTIONS}{{{VLLM}}}", "values": "0+120x20"},
+        "input_series": [{"series": f"{names.VLLM_PREEMPTIONS}{{{VLLM}}}", "values": "0+720x30"},
+                         {"series": f'{names.VLLM_PREEMPTIONS}{{{VLLM.replace("m_0_0", "some")}}}',
+                          "values": "0+120x30"},
                          {"series": f'{names.VLLM_PREEMPTIONS}{{{VLLM.replace("m_0_0", "edge")}}}',
-                          "values": "0+54x20"}],
+                          "values": "0+54x30"}],
+        # 12/s pages after 10m, 2/s only warns, 0.9/s is quiet
         "alert_rule_test": [quiet("VllmHighPreemptionRate", "3m"),
-                            fired("VllmHighPreemptionRate", "10m", WARN)]}],
+                            fired("VllmHighPreemptionRate", "10m", WARN, {**WARN, "model_instance": "some"}),
+                            fired("VllmHighPreemptionRate", "20m", WARN, {**WARN, "model_instance": "some"},
+                                  CRIT)]}],
     "VllmMetricsErrors": [{
         "input_series": [{"series": f'{names.METRICS_ERRORS}{{{LABELS},stage="record"}}',
                           "values": "0 0 0 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5 5"},

@@ -91,6 +91,26 @@ def test_variables_and_datasource_are_templated():
         assert uids == {"${datasource}"}, (name, uids)  # no hard-coded datasource anywhere
 
 
+def test_latency_panels_link_to_the_backends_traces_in_a_tempo_variable():
+    from urllib.parse import parse_qs, urlsplit
+
+
+    board = boards()["vllm-triton-latency.json"]
+    variables = {v["name"]: v for v in board["templating"]["list"]}
+    assert variables["traces"]["type"] == "datasource" and variables["traces"]["query"] == "tempo"
+    for panel in (p for p in board["panels"] if p["type"] != "row"):
+        (link,) = panel["fieldConfig"]["defaults"]["links"]
+        url = urlsplit(link["url"])
+        assert url.path == "/explore" and link["targetBlank"], panel["title"]
+        pane = json.loads(parse_qs(url.query)["panes"][0])["traces"]
+        assert pane["datasource"] == pane["queries"][0]["datasource"]["uid"] == "${traces}"
+        assert pane["range"] == {"from": "${__from}", "to": "${__to}"}
+        query = pane["queries"][0]["query"]
+        assert f'resource.service.name="{names.TRACE_SERVICE}"' in query
+        assert f'span.{names.TRACE_MODEL_ATTRIBUTE}=~"${{model:pipe}}"' in query
+    assert "traces" not in json.dumps(boards()["vllm-triton-overview.json"]["templating"])  # latency only
+
+
 @pytest.mark.parametrize("name, panel", panels(), ids=lambda v: v if isinstance(v, str) else v["title"])
 def test_every_panel_has_title_description_unit(name, panel):
     assert panel["title"] and panel.get("description"), panel

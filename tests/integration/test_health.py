@@ -118,9 +118,9 @@ def test_sigkill_enginecore_under_load_with_restart(explicit_server, tmp_path):
     assert "engine restarted in place" in explicit_server.log_text()
 
 
-def alert_rules(tmp_path: Path) -> Path:
-    """The generated Prometheus rules, with VllmEngineUnhealthy's `for` shortened to 1 s."""
-    config = dataclasses.replace(DEFAULT, unhealthy_for="1s")
+def alert_rules(tmp_path: Path, **shorter: object) -> Path:
+    """The generated Prometheus rules, with VllmEngineUnhealthy's `for` (or what `shorter` names) shortened."""
+    config = dataclasses.replace(DEFAULT, **(shorter or {"unhealthy_for": "1s"}))
     rules = tmp_path / "rules.yaml"
     rules.write_text(yaml.safe_dump(prometheus_groups(config, panel_ids(ROOT / "dashboards" / "generated"))))
     return rules
@@ -160,6 +160,37 @@ def test_sigstop_enginecore_is_detected_and_sigcont_recovers_under_fail(explicit
     status, body = generate(explicit_server, model, {"text_input": "Hi", "parameters": {"max_tokens": 2}})
     assert status == 200, body
     assert "engine health: healthy — the engine generates again" in explicit_server.log_text()
+
+
+def test_a_wedged_stub_goes_stale_and_pages_as_stalled(explicit_server, tmp_path):
+    """SIGSTOP the model's Python stub: Triton keeps exporting its last values, healthy 1 included, but the
+    published progress timestamp stops, so Prometheus's age grows and VllmEngineStalled (120 s shortened to 3 s)
+    fires for that model only. An age computed inside the stub would have stayed frozen at a healthy value."""
+    model = "h_fail"
+    stub = stub_of(explicit_server, model)
+
+    def age() -> float:
+        return time.time() - metric(explicit_server, names.ENGINE_LAST_PROGRESS_TIMESTAMP, model)
+
+    assert age() < 3  # idle and watched: the timestamp keeps up
+    rules = alert_rules(tmp_path, stall_seconds=3.0, stall_for="1s")
+    with Prometheus(tmp_path, [f"127.0.0.1:{explicit_server.metrics_port}"], [rules]) as prometheus:
+        prometheus.wait_for_scrapes(3)
+
+        def stalled() -> list[dict]:
+            return [a for a in prometheus.alerts() if a["labels"]["alertname"] == "VllmEngineStalled"]
+
+        assert stalled() == []
+        stub.suspend()
+        try:
+            wait_until(lambda: any(a["state"] == "firing" for a in stalled()), timeout=30, interval=0.5)
+            assert {a["labels"]["model"] for a in stalled()} == {model}
+            assert metric(explicit_server, names.ENGINE_HEALTHY, model) == 1 and age() > 3  # frozen, but stale
+        finally:
+            stub.resume()
+    wait_until(lambda: age() < 3, timeout=30, interval=0.5)
+    status, body = generate(explicit_server, model, {"text_input": "Hi", "parameters": {"max_tokens": 2}})
+    assert status == 200, body
 
 
 def test_monitor_off_keeps_the_official_behaviour(explicit_server):

@@ -15,6 +15,7 @@ from helpers import (
     generate_stream,
     scrape,
     series,
+    snapshot,
     value,
     wait_until,
 )
@@ -213,6 +214,13 @@ def test_backend_info_and_exporter_health(server):
         assert series(families, names.METRICS_ERRORS, model="vllm_model", stage=stage)
         assert value(families, names.METRICS_ERRORS, model="vllm_model", stage=stage) == 0
     assert "metrics record failed" not in server.log_text() and "metrics publish failed" not in server.log_text()
+
+
+def test_the_last_record_is_a_unix_timestamp_of_the_last_engine_step(server):
+    before = time.time()
+    assert generate(server, "vllm_model", {"text_input": "Hi", "parameters": {"max_tokens": 2}})[0] == 200
+    last = value(snapshot(server), names.LAST_RECORD_TIMESTAMP, model="vllm_model")
+    assert before - 0.1 <= last <= time.time(), (before, last)  # our request's last step, or a later one
 
 
 def test_the_official_backends_eight_families_are_exported(server):

@@ -12,7 +12,20 @@ import numpy as np
 import pytest
 import requests
 import tritonclient.grpc as grpcclient
-from helpers import BASE_ENGINE, grpc_inputs, grpc_stream, run, server_env, snapshot, value, write_model
+from helpers import (
+    BASE_ENGINE,
+    engine_of,
+    generate,
+    grpc_inputs,
+    grpc_stream,
+    run,
+    server_env,
+    snapshot,
+    stub_of,
+    value,
+    wait_until,
+    write_model,
+)
 from otlp_receiver import OtlpReceiver
 from triton_launcher import TritonServer
 
@@ -27,7 +40,10 @@ VLLM_SPAN = "llm_request"
 @pytest.fixture(scope="module")
 def traced(tmp_path_factory):
     repo = tmp_path_factory.mktemp("traced_repository")
-    write_model(repo, MODEL, BASE_ENGINE, params={"REPORT_CUSTOM_METRICS": "true"})
+    # Health on with restart (the incident test kills the engine last): the probe tolerates engines starting beside it.
+    write_model(repo, MODEL, BASE_ENGINE, params={"REPORT_CUSTOM_METRICS": "true", "ENABLE_VLLM_HEALTH_CHECK": "true",
+                                                  "HEALTH_RECOVERY": "restart", "HEALTH_PROBE_TIMEOUT_S": "30",
+                                                  "HEALTH_RESTART_BACKOFF_S": "0.5"})
     with OtlpReceiver() as receiver:
         env = {k: v for k, v in server_env().items() if not k.startswith("OTEL_")}
         with TritonServer(repo, env=env, extra_args=[
@@ -62,6 +78,7 @@ def check_chain(spans: dict[str, dict]) -> None:
     assert model_span["service"] != backend["service"] and model_span["attributes"].get(
         "triton.model_name") == MODEL, model_span  # Triton's span for the model
     assert vllm["parent_id"] == backend["span_id"]
+    assert (backend["service"], vllm["service"]) == ("vllm-triton-backend", "vllm")
     assert backend["start"] <= vllm["start"] and backend["end"] >= vllm["end"]
     assert backend["events"][:2] == ["submitted to the engine", "first token"]
     assert backend["events"][-1] == "final response sent"
@@ -155,6 +172,23 @@ def test_a_request_triton_does_not_trace_gets_no_span(traced):
     assert strangers == [], strangers
     assert value(snapshot(server), names.TRACE_SPANS_DROPPED, model=MODEL) == 0
     assert receiver.bodies.get("application/x-protobuf", 0) > 0 and receiver.bodies.get("application/json", 0) > 0
+
+
+def test_a_health_incident_is_a_trace_from_unhealthy_through_the_restart_to_recovery(traced):
+    """Last of the traced tests: it replaces the engine."""
+    server, receiver = traced
+    core, _ = engine_of(stub_of(server, MODEL))
+    core.kill()
+    wait_until(lambda: value(snapshot(server), names.ENGINE_RESTARTS, model=MODEL) == 1, timeout=240, interval=1)
+    incident = receiver.span(f"engine incident {MODEL}", timeout=30)
+    restarts = [s for s in receiver.spans if s["name"] == "engine restart" and s["trace_id"] == incident["trace_id"]]
+    assert incident["parent_id"] == "" and [s["parent_id"] for s in restarts] == [incident["span_id"]]
+    assert incident["start"] <= restarts[0]["start"] and restarts[0]["end"] <= incident["end"]
+    assert incident["events"] == ["unhealthy", "recovered"]
+    assert incident["attributes"]["vllm_triton.health.cause"].startswith("the engine is dead")
+    assert incident["attributes"]["vllm_triton.health.outcome"] == "recovered"
+    assert restarts[0]["attributes"]["vllm_triton.restart.attempt"] == 1
+    assert generate(server, MODEL, {"text_input": PROMPT, "parameters": {"max_tokens": 2}})[0] == 200
 
 
 def test_no_tracing_configured_means_no_tracer(server):

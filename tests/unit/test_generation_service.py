@@ -111,6 +111,15 @@ def test_an_unexpected_exception_is_internal_with_a_request_id_and_no_traceback(
     assert any("Traceback" in line and "KeyError" in line for line in log.errors)
 
 
+def test_a_stub_that_cannot_say_the_request_id_still_gets_the_request_served():
+    class NoId(View):
+        def request_id(self):
+            raise RuntimeError("stub error")
+
+    _, _, sender, _ = serve(FakeEngine([output("a", True)]), view=NoId())
+    assert final(sender) == ("ok", ["hia"])
+
+
 @pytest.mark.parametrize("exc", [RecursionError(), MemoryError(), UnicodeError("x")])
 def test_any_exception_while_decoding_ends_the_request(monkeypatch, exc):
     import vllm_triton_observable.backend.generation as generation

@@ -87,6 +87,19 @@ class FakeReport:
         self.restart_count += 1
 
 
+class FakeIncidents:
+    """Records the incident calls as (name, arguments)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def __getattr__(self, name: str):
+        return lambda *args: self.calls.append((name, *args))
+
+    def names(self) -> list[str]:
+        return [call[0] for call in self.calls]
+
+
 class Log:
     def __init__(self) -> None:
         self.lines: list[str] = []
@@ -95,11 +108,11 @@ class Log:
         return lambda message: self.lines.append(f"{level}: {message}")
 
 
-def monitor(recovery: Recovery, unload=None, **overrides):
+def monitor(recovery: Recovery, unload=None, incidents=None, **overrides):
     engine, requests, report, log = FakeEngine(), FakeRequests(), FakeReport(), Log()
     settings = HealthSettings(**{**FAST, "recovery": recovery, **overrides})
     m = HealthMonitor(settings, "m", engine=engine, requests=requests, heartbeat=Heartbeat(), log=log,
-                      report=report, unload=unload)
+                      report=report, unload=unload, incidents=incidents)
     return m, engine, requests, report, log
 
 
@@ -125,7 +138,8 @@ def test_a_probe_that_never_answers_times_out_degrades_then_fails():
 
 
 def test_fail_recovers_when_the_engine_generates_again():
-    m, engine, requests, report, _ = monitor(Recovery.FAIL)
+    incidents = FakeIncidents()
+    m, engine, requests, report, _ = monitor(Recovery.FAIL, incidents=incidents)
     engine.hung = True
     tick_for(m, 0.3)
     assert m.evaluator.state is HealthState.UNHEALTHY and engine.generates > 0
@@ -133,10 +147,13 @@ def test_fail_recovers_when_the_engine_generates_again():
     tick_for(m, 0.1)
     assert m.evaluator.state is HealthState.HEALTHY
     assert requests.refusal[-1] is None and report.states[-1] is HealthState.HEALTHY
+    assert incidents.names() == ["unhealthy", "recovered"]  # degraded is not an incident
+    assert incidents.calls[-1] == ("recovered", "the engine generates again")
 
 
 def test_restart_backs_off_exponentially_and_recovers():
-    m, engine, requests, report, log = monitor(Recovery.RESTART, restart_max_attempts=3)
+    incidents = FakeIncidents()
+    m, engine, requests, report, log = monitor(Recovery.RESTART, incidents=incidents, restart_max_attempts=3)
     engine.dead, engine.restart_failures = "EngineCore died", 1
     started = time.monotonic()
     m.tick()  # dead → unhealthy → restart (blocks through the backoff, as on the monitor's thread)
@@ -145,15 +162,22 @@ def test_restart_backs_off_exponentially_and_recovers():
     assert report.restart_count == 1 and m.evaluator.state is HealthState.HEALTHY
     assert requests.refusal == [requests.refusal[0], None] and isinstance(requests.refusal[0], EngineUnavailable)
     assert any("engine restart attempt 1 failed: RuntimeError: no memory" in line for line in log.lines)
+    assert incidents.calls == [
+        ("unhealthy", "the engine is dead: EngineCore died"),
+        ("restart_started", 1, 3, 0.05), ("restart_ended", "RuntimeError: no memory"),
+        ("restart_started", 2, 3, 0.1), ("restart_ended", None),
+        ("recovered", "engine restarted in place (attempt 2)")]
 
 
 def test_restart_gives_up_and_unloads_when_it_may():
-    unloaded = threading.Event()
-    m, engine, _, report, log = monitor(Recovery.RESTART, unload=unloaded.set)
+    unloaded, incidents = threading.Event(), FakeIncidents()
+    m, engine, _, report, log = monitor(Recovery.RESTART, unload=unloaded.set, incidents=incidents)
     engine.dead, engine.restart_failures = "EngineCore died", 99
     m.tick()
     assert len(engine.restarts) == 2 and report.restart_count == 0
     assert unloaded.wait(2) and any("every restart attempt failed: unloading" in line for line in log.lines)
+    assert incidents.names() == ["unhealthy", *["restart_started", "restart_ended"] * 2, "not_recovered"]
+    assert incidents.calls[-1] == ("not_recovered", "unloading the model")
 
 
 def test_restart_gives_up_and_stays_refusing_without_unload():
@@ -176,10 +200,12 @@ def test_unload_policy_unloads_at_once():
 
 
 def test_stop_interrupts_a_restart_backoff():
-    m, engine, _, _, _ = monitor(Recovery.RESTART, restart_backoff_s=30.0)
+    incidents = FakeIncidents()
+    m, engine, _, _, _ = monitor(Recovery.RESTART, incidents=incidents, restart_backoff_s=30.0)
     engine.dead = "EngineCore died"
     m.start()
     time.sleep(0.6)  # the monitor's thread noticed the death and waits out the 30-s backoff
     started = time.monotonic()
     m.stop()
     assert time.monotonic() - started < 2 and engine.restarts == []
+    assert incidents.names() == ["unhealthy", "stopped"]  # no attempt began; the open incident ends at stop

@@ -61,3 +61,41 @@ def test_only_requests_triton_traces_get_a_span():
         span.end("completed")  # a second end is harmless
     finally:
         tracer.shutdown()
+
+
+def test_a_health_incident_is_one_trace_with_a_span_per_restart_attempt():
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.trace import StatusCode
+
+    from vllm_triton_observable.metrics.tracing import IncidentTrace
+
+    exporter, provider = InMemorySpanExporter(), TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    incidents = IncidentTrace(provider.get_tracer("test"), "m")
+    incidents.restart_ended(None)  # nothing open: nothing happens
+    incidents.unhealthy("the engine is dead: gone")
+    incidents.restart_started(1, 2, 5.0)
+    incidents.restart_ended("RuntimeError: no memory")
+    incidents.restart_started(2, 2, 10.0)
+    incidents.restart_ended(None)
+    incidents.recovered("engine restarted in place (attempt 2)")
+    incidents.stopped()  # nothing open any more
+    first, second, incident = exporter.get_finished_spans()
+    assert incident.name == "engine incident m" and incident.parent is None
+    assert {s.context.trace_id for s in (first, second)} == {incident.context.trace_id}
+    assert first.parent.span_id == second.parent.span_id == incident.context.span_id
+    assert first.status.status_code is StatusCode.ERROR and second.status.status_code is StatusCode.UNSET
+    assert first.attributes["vllm_triton.restart.attempt"] == 1
+    assert second.attributes["vllm_triton.restart.backoff_s"] == 10
+    assert [e.name for e in incident.events] == ["unhealthy", "recovered"]
+    assert incident.attributes["vllm_triton.health.outcome"] == "recovered"
+    assert incident.status.status_code is StatusCode.UNSET
+
+    incidents.unhealthy("stalled")
+    incidents.restart_started(1, 1, 5.0)
+    incidents.stopped()  # unloaded mid-restart: both end, with ERROR
+    restart, incident = exporter.get_finished_spans()[3:]
+    assert restart.status.status_code is incident.status.status_code is StatusCode.ERROR
+    assert incident.attributes["vllm_triton.health.outcome"] == "model unloaded"
