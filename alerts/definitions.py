@@ -12,11 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from observability.config import Config, DashboardUID, LatencySLO
-from observability.promql import age, error_ratio
+from observability.promql import TRITON_REFUSED, age, error_ratio
+from vllm_triton_observable.common.vocabulary import Outcome
 from vllm_triton_observable.metrics import names
 from vllm_triton_observable.metrics.registry import le_label
 
-# Grouping labels: Prometheus' target labels, then the backend's.
+# Grouping labels: Prometheus' target labels, then the backend's. FLEET is a model over all its replicas (the
+# targets of one scrape job): user-facing ratios and SLOs are judged there; per-replica faults per INSTANCE.
+FLEET = f"job, {names.MODEL}"
 MODEL = f"job, instance, {names.MODEL}"
 INSTANCE = f"{MODEL}, {names.MODEL_INSTANCE}"
 ENGINE = f"{INSTANCE}, {names.ENGINE}"
@@ -56,7 +59,13 @@ def selector(config: Config, extra: str = "") -> str:
 
 
 def slo_record(slo: LatencySLO, window: str) -> str:
-    return f"model:vllm_triton_slo_{slo.name.lower()}_errors:ratio_rate{window}"
+    return f"job_model:vllm_triton_slo_{slo.name.lower()}_errors:ratio_rate{window}"
+
+
+def enough_traffic(config: Config, counter: str, window: str, extra: str = "") -> str:
+    """The minimum-traffic guard of a fleet ratio alert: at least `min_requests` in the window over all replicas."""
+    return (f"on ({FLEET}) (sum by ({FLEET}) (increase({counter}{selector(config, extra)}[{window}])) >= "
+            f"{config.min_requests})")
 
 
 def recording_rules(config: Config) -> list[RecordingRule]:
@@ -67,8 +76,8 @@ def recording_rules(config: Config) -> list[RecordingRule]:
         total = f"{slo.histogram}_count{selector(config)}"
         for window in SLO_WINDOWS:
             rules.append(RecordingRule(slo_record(slo, window), (
-                f"1 - (sum by ({MODEL}) (rate({good}[{window}])) / "
-                f"(sum by ({MODEL}) (rate({total}[{window}])) > 0))")))
+                f"1 - (sum by ({FLEET}) (rate({good}[{window}])) / "
+                f"(sum by ({FLEET}) (rate({total}[{window}])) > 0))")))
     return rules
 
 
@@ -80,7 +89,9 @@ def alerts(config: Config) -> list[Alert]:
     no_progress = age(names.ENGINE_LAST_PROGRESS_TIMESTAMP, config.triton_selector, INSTANCE)
     waiting = f"sum by ({INSTANCE}) ({names.VLLM_WAITING}{s()})"
     preemptions = f"sum by ({INSTANCE}) (rate({names.VLLM_PREEMPTIONS}{s()}[5m]))"
-    errors = error_ratio(config.triton_selector, config.triton_selector, MODEL, "5m")
+    answered = f'{names.OUTCOME}=~"{Outcome.COMPLETED.value}|{Outcome.FAILED.value}"'
+    errors = error_ratio(config.triton_selector, FLEET, "5m")
+    traffic = enough_traffic(config, names.REQUESTS_FINISHED, "5m", answered)
     found = [
         Alert(
             name="VllmEngineUnhealthy",
@@ -199,16 +210,19 @@ def alerts(config: Config) -> list[Alert]:
         ),
         Alert(
             name="VllmHighErrorRatio",
-            expr=f"{errors} > {config.error_ratio_warning:g}",
+            expr=f"({errors} > {config.error_ratio_warning:g}) and {traffic}",
             for_=config.error_ratio_warning_for,
             severity="warning",
             summary="Many requests to a vLLM model fail.",
             description=(
-                "{{ $value | humanizePercentage }} of requests to {{ $labels.model }} on {{ $labels.instance }} "
-                "failed over 5m."),
+                "{{ $value | humanizePercentage }} of requests to {{ $labels.model }} ({{ $labels.job }}, all "
+                "replicas) failed over 5m."),
             meaning=(
-                "Requests end with an engine error (vLLM finished_reason=\"error\") or a Triton failure "
-                "(cancellations excluded)."),
+                "Requests end with a server-side failure: the backend answered them with an error (engine dead or "
+                f"unhealthy, generation failed, unloading: {names.REQUESTS_FINISHED} outcome failed) or Triton "
+                f"refused them before the backend saw them (queue full or timed out: {names.TRITON_FAILURE} reason "
+                f"{TRITON_REFUSED}). Bad input (outcome rejected) and client cancellations are not errors of the "
+                "server and are not counted."),
             check=(
                 f"Triton's log for `[vllm] generation failed` lines; {names.REQUESTS_FINISHED} by outcome; "
                 "engine health."),
@@ -218,13 +232,13 @@ def alerts(config: Config) -> list[Alert]:
         ),
         Alert(
             name="VllmHighErrorRatio",
-            expr=f"{errors} > {config.error_ratio_critical:g}",
+            expr=f"({errors} > {config.error_ratio_critical:g}) and {traffic}",
             for_=config.error_ratio_critical_for,
             severity="critical",
             summary="Many requests to a vLLM model fail.",
             description=(
-                "{{ $value | humanizePercentage }} of requests to {{ $labels.model }} on {{ $labels.instance }} "
-                "failed over 5m."),
+                "{{ $value | humanizePercentage }} of requests to {{ $labels.model }} ({{ $labels.job }}, all "
+                "replicas) failed over 5m."),
             dashboard=DashboardUID.OVERVIEW,
             panel="Error ratio",
         ),
@@ -323,20 +337,24 @@ def alerts(config: Config) -> list[Alert]:
                 name=f"Vllm{slo.name}ErrorBudgetBurn",
                 expr=(
                     f"({slo_record(slo, window.long)} > ({window.factor:g} * {budget:g})) and "
-                    f"({slo_record(slo, window.short)} > ({window.factor:g} * {budget:g}))"),
+                    f"({slo_record(slo, window.short)} > ({window.factor:g} * {budget:g})) and "
+                    f"{enough_traffic(config, slo.histogram + '_count', window.long)}"),
                 for_=window.for_,
                 severity=window.severity,
                 summary=f"A vLLM model burns its {slo.description} error budget too fast.",
                 description=(
-                    f"{{{{ $labels.model }}}} on {{{{ $labels.instance }}}}: {{{{ $value | humanizePercentage }}}} of "
-                    f"requests over {window.long} exceed {slo.threshold_s:g} s {slo.description} (budget "
-                    f"{budget:.2%}, burn rate > {window.factor:g})."),
+                    f"{{{{ $labels.model }}}} ({{{{ $labels.job }}}}, all replicas): "
+                    f"{{{{ $value | humanizePercentage }}}} of requests over {window.long} exceed "
+                    f"{slo.threshold_s:g} s {slo.description} (budget {budget:.2%}, burn rate > {window.factor:g})."),
                 meaning=(
                     f"More than {window.factor:g}× the allowed share of requests ({budget:.2%}) miss the "
                     f"{slo.description} objective ({slo.objective:.2%} ≤ {slo.threshold_s:g} s over 30 days) in both "
-                    f"the {window.long} and the {window.short} windows."),
+                    f"the {window.long} and the {window.short} windows, counted over all replicas of the model (the "
+                    f"targets of one scrape job) and only when they served at least {config.min_requests} requests "
+                    f"in the {window.long} window."),
                 check=(
-                    "The latency dashboard's distributions and phase breakdown; queueing and KV-cache pressure; a "
+                    "The latency dashboard's distributions and phase breakdown, then the `instance` variable to find "
+                    "the replicas that burn (one slow replica, or all of them); queueing and KV-cache pressure; a "
                     "recent deploy or traffic change."),
                 action="Shed or shift load, add capacity, or roll back; a slow burn (warning) can wait for working "
                        "hours.",

@@ -7,7 +7,7 @@ from grafana_foundation_sdk.builders.dashboard import Dashboard
 from dashboards.layout import dashboard, row
 from dashboards.panels import graph, single
 from observability.config import Config, DashboardUID, LatencySLO
-from observability.promql import TRITON, VLLM, attainment, error_ratio, quantile, sel, sum_rate
+from observability.promql import TRITON, TRITON_REFUSED, VLLM, attainment, error_ratio, quantile, sel, sum_rate
 from vllm_triton_observable.metrics import names
 
 UID = DashboardUID.OVERVIEW
@@ -34,9 +34,11 @@ def build(config: Config, slo_buckets: dict[str, tuple[float, ...]]) -> Dashboar
         board.with_row(row("Traffic"))
         .with_panel(single("Requests/s", "Finished requests per second (vLLM's request_success).", "reqps",
                            sum_rate(names.VLLM_REQUEST_SUCCESS, VLLM)))
-        .with_panel(single("Error ratio", "Failed over finished requests: vLLM finished_reason=\"error\" plus "
-                           f"Triton's {names.TRITON_FAILURE} (cancellations excluded).", "percentunit",
-                           error_ratio(VLLM, TRITON),
+        .with_panel(single("Error ratio", "Requests the server failed over those it answered: the backend's "
+                           f"{names.REQUESTS_FINISHED} outcome failed over completed + failed (bad input and client "
+                           f"cancellations excluded), plus requests Triton refused ({names.TRITON_FAILURE} "
+                           f"reason {TRITON_REFUSED}).", "percentunit",
+                           error_ratio(TRITON),
                            thresholds=[(None, "green"), (config.error_ratio_warning, "orange"),
                                        (config.error_ratio_critical, "red")]))
         .with_panel(single("Engine health", "1 when every selected engine serves requests "

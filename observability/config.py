@@ -71,6 +71,9 @@ class Config:
     preemptions_for: str = "5m"
     preemptions_per_s_critical: float = 10.0
     preemptions_critical_for: str = "10m"
+    # A ratio alert (error ratio, SLO burn) needs this many requests in its window, summed over the replicas of a
+    # model: one slow or failed request on an idle model is not a burning budget.
+    min_requests: int = 20
     error_ratio_warning: float = 0.01
     error_ratio_warning_for: str = "10m"
     error_ratio_critical: float = 0.05

@@ -3,6 +3,7 @@ rates over `$__rate_interval`, quantiles `sum by (le)`, ratios divided by `(x > 
 
 from __future__ import annotations
 
+from vllm_triton_observable.common.vocabulary import Outcome
 from vllm_triton_observable.metrics import names
 
 # Selectors from the dashboard variables. vLLM's families carry `engine`; Triton's and the backend's do not.
@@ -39,16 +40,22 @@ def mean(histogram: str, selector: str, by: str = "") -> str:
     return ratio(sum_rate(histogram + "_sum", selector, by), sum_rate(histogram + "_count", selector, by))
 
 
-def error_ratio(vllm_selector: str, triton_selector: str, by: str = "", window: str = "$__rate_interval") -> str:
-    """Failed over finished requests: vLLM's finished_reason="error" plus Triton's failures (cancellations
-    excluded). `rate(a) or rate(b)` inside one sum keeps the ratio defined when either side has no series."""
+# Triton's failure reason for requests it refused before any backend saw them (queue full, queue timeout).
+TRITON_REFUSED = "REJECTED"
+
+
+def error_ratio(selector: str, by: str = "", window: str = "$__rate_interval") -> str:
+    """The server's share of failed requests, from the outcomes the backend counts: failed over completed + failed
+    (rejected input and client cancellations are the client's doing), plus the requests Triton refused before the
+    backend saw them. Triton's other failure counts are left out: it counts a decoupled model's error responses as
+    successes, and its BACKEND failures are this backend's, already counted. `rate(a) or rate(b)` inside one sum
+    keeps the ratio defined when either side has no series."""
     grouping = f" by ({by})" if by else ""
-    triton_failures = rate(names.TRITON_FAILURE, triton_selector, f'{names.REASON}!="CANCELED"', window)
-    vllm_errors = rate(names.VLLM_REQUEST_SUCCESS, vllm_selector, f'{names.FINISHED_REASON}="error"', window)
-    vllm_finished = rate(names.VLLM_REQUEST_SUCCESS, vllm_selector, window=window)
-    errors = f"sum{grouping} ({vllm_errors} or {triton_failures})"
-    total = f"sum{grouping} ({vllm_finished} or {triton_failures})"
-    return ratio(errors, total)
+    failed = rate(names.REQUESTS_FINISHED, selector, f'{names.OUTCOME}="{Outcome.FAILED.value}"', window)
+    answered = rate(names.REQUESTS_FINISHED, selector,
+                    f'{names.OUTCOME}=~"{Outcome.COMPLETED.value}|{Outcome.FAILED.value}"', window)
+    refused = rate(names.TRITON_FAILURE, selector, f'{names.REASON}="{TRITON_REFUSED}"', window)
+    return ratio(f"sum{grouping} ({failed} or {refused})", f"sum{grouping} ({answered} or {refused})")
 
 
 def age(timestamp: str, selector: str, by: str) -> str:

@@ -115,14 +115,23 @@ def quiet(alert: str, at: str) -> dict:
     return {"eval_time": at, "alertname": alert, "exp_alerts": []}
 
 
-def burn_series(histogram: str, le: str, good_per_min: int, labels: str = VLLM) -> list[dict]:
-    return [{"series": f'{histogram}_bucket{{{labels}, le="{le}"}}', "values": f"0+{good_per_min}x60"},
-            {"series": f"{histogram}_count{{{labels}}}", "values": "0+100x60"}]
+def burn_series(histogram: str, le: str, good_per_min: float, labels: str = VLLM, per_min: float = 100
+                ) -> list[dict]:
+    return [{"series": f'{histogram}_bucket{{{labels}, le="{le}"}}', "values": f"0+{good_per_min:g}x60"},
+            {"series": f"{histogram}_count{{{labels}}}", "values": f"0+{per_min:g}x60"}]
+
+
+def outcome(name: str, per_min: int, labels: str = LABELS) -> dict:
+    return {"series": f'{names.REQUESTS_FINISHED}{{{labels}, outcome="{name}"}}', "values": f"0+{per_min}x30"}
 
 
 def burn(severity: str, long: str, short: str) -> dict:
-    return {"job": "triton", "instance": "h:8002", "model": "m", "severity": severity, "long_window": long,
-            "short_window": short}
+    """A fleet alert's labels: the model over all its replicas, no instance."""
+    return {"job": "triton", "model": "m", "severity": severity, "long_window": long, "short_window": short}
+
+
+FLEET = {"job": "triton", "model": "m"}
+REPLICA_2 = LABELS.replace("h:8002", "h2:8002")
 
 
 CRIT = dict(GROUP, severity="critical")
@@ -179,24 +188,29 @@ SCENARIOS = {
                             fired("TritonTargetDown", "5m", {"job": "triton", "instance": "a:8002",
                                                              "severity": "critical"})]}],
     "VllmHighErrorRatio": [
-        {  # 2 errors per 100 finished: warning (> 1 %) only; cancellations do not count as errors
-            "input_series": [
-                {"series": f'{names.VLLM_REQUEST_SUCCESS}{{{VLLM}, finished_reason="stop"}}', "values": "0+98x30"},
-                {"series": f'{names.VLLM_REQUEST_SUCCESS}{{{VLLM}, finished_reason="error"}}', "values": "0+2x30"},
-                {"series": f'{names.TRITON_FAILURE}{{{LABELS}, reason="CANCELED"}}', "values": "0+50x30"}],
+        {  # 2 failed per 100 answered: warning (> 1 %) only; bad input and cancellations are not server errors
+            "input_series": [outcome("completed", 98), outcome("failed", 2), outcome("rejected", 50),
+                             outcome("cancelled", 50)],
             "alert_rule_test": [quiet("VllmHighErrorRatio", "9m"),
-                                fired("VllmHighErrorRatio", "12m", {**GROUP, "severity": "warning"} | {
-                                    "model_instance": None})]},
-        {  # 10 % with Triton backend failures: critical after 2m
-            "input_series": [
-                {"series": f'{names.VLLM_REQUEST_SUCCESS}{{{VLLM}, finished_reason="stop"}}', "values": "0+90x30"},
-                {"series": f'{names.TRITON_FAILURE}{{{LABELS}, reason="BACKEND"}}', "values": "0+10x30"}],
-            "alert_rule_test": [fired("VllmHighErrorRatio", "5m", {"job": "triton", "instance": "h:8002",
-                                                                   "model": "m", "severity": "critical"})]},
-        {  # just under the threshold: 0.9 %
-            "input_series": [
-                {"series": f'{names.VLLM_REQUEST_SUCCESS}{{{VLLM}, finished_reason="stop"}}', "values": "0+991x30"},
-                {"series": f'{names.VLLM_REQUEST_SUCCESS}{{{VLLM}, finished_reason="error"}}', "values": "0+9x30"}],
+                                fired("VllmHighErrorRatio", "12m", {**FLEET, "severity": "warning"})]},
+        {  # a fleet of two replicas: 4 % failed on one, none on the other → 2 % of the model's requests, one alert
+           # for the model (no instance label)
+            "input_series": [outcome("completed", 96), outcome("failed", 4),
+                             outcome("completed", 100, REPLICA_2)],
+            "alert_rule_test": [fired("VllmHighErrorRatio", "12m", {**FLEET, "severity": "warning"})]},
+        {  # half the requests fail, but 10 in 5m is under the minimum traffic (20): an idle model does not page
+            "input_series": [outcome("completed", 1), outcome("failed", 1)],
+            "alert_rule_test": [quiet("VllmHighErrorRatio", "25m")]},
+        {  # 10 % refused by Triton before the backend saw them (queue full): critical after 2m
+            "input_series": [outcome("completed", 90),
+                             {"series": f'{names.TRITON_FAILURE}{{{LABELS}, reason="REJECTED"}}',
+                              "values": "0+10x30"}],
+            "alert_rule_test": [fired("VllmHighErrorRatio", "5m", {**FLEET, "severity": "critical"})]},
+        {  # just under the threshold (0.9 %); Triton's BACKEND failures are the backend's own (already counted),
+           # its OTHER and CANCELED ones the client's: none of them adds
+            "input_series": [outcome("completed", 991), outcome("failed", 9), *(
+                {"series": f'{names.TRITON_FAILURE}{{{LABELS}, reason="{reason}"}}', "values": "0+100x30"}
+                for reason in ("BACKEND", "OTHER", "CANCELED"))],
             "alert_rule_test": [quiet("VllmHighErrorRatio", "25m")]}],
     "VllmKVCacheHigh": [{  # a completely full cache warns, and never pages
         "input_series": [{"series": f"{names.VLLM_KV_CACHE_USAGE}{{{VLLM}}}", "values": "0.92x60"},
@@ -251,6 +265,12 @@ for _slo, _hist, _le in (("TTFT", names.VLLM_TTFT, "2.5"),
         {"input_series": burn_series(_hist, _le, 88),  # 12 %: under 14.4 × 1 %, over 6 × 1 %
          "alert_rule_test": [fired(_name, "20m", burn("critical", "6h", "30m"))]},
         {"input_series": burn_series(_hist, _le, 100),  # every request within the SLO
+         "alert_rule_test": [quiet(_name, "50m")]},
+        {"input_series": [*burn_series(_hist, _le, 76),
+                          *burn_series(_hist, _le, 100, VLLM.replace("h:8002", "h2:8002"))],
+         # 24 % bad on one of two replicas: 12 % of the model's requests
+         "alert_rule_test": [fired(_name, "20m", burn("critical", "6h", "30m"))]},
+        {"input_series": burn_series(_hist, _le, 0, per_min=0.3),  # every request bad, 18 an hour: too few to page
          "alert_rule_test": [quiet(_name, "50m")]}]
 
 

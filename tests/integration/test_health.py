@@ -23,6 +23,7 @@ from prometheus_server import Prometheus
 from alerts.definitions import panel_ids
 from alerts.render import prometheus_groups
 from observability.config import DEFAULT
+from observability.promql import error_ratio
 from vllm_triton_observable.metrics import names
 
 LONG = {"stream": True, "max_tokens": 1000, "ignore_eos": True}
@@ -193,16 +194,36 @@ def test_a_wedged_stub_goes_stale_and_pages_as_stalled(explicit_server, tmp_path
     assert status == 200, body
 
 
-def test_monitor_off_keeps_the_official_behaviour(explicit_server):
+def test_monitor_off_keeps_the_official_behaviour_and_the_error_ratio_sees_it(explicit_server, tmp_path):
+    """Also: requests failed by a dead engine make the dashboards' error ratio > 0 in a real Prometheus, and the
+    generated VllmHighErrorRatio (critical `for` 1 s, minimum traffic 1 request) fires for this model. Triton
+    counts these error responses as successes; the ratio comes from the backend's outcomes."""
     model = "h_off"
     assert names.ENGINE_HEALTHY not in {
         s.name for f in scrape(explicit_server).values() for s in f.samples if s.labels.get("model") == model}
-    streams = start_load(explicit_server, model)
-    core, _ = engine_processes(explicit_server, model)
-    killed = time.monotonic()
-    os.kill(core, signal.SIGKILL)
-    for message in errors_after(streams, killed, within=1.0):
-        assert "engine is dead" in message, message
-    assert model_ready(explicit_server, model)  # nothing unloads it, as with the official backend
-    status, body = generate(explicit_server, model, {"text_input": "Hi", "parameters": {"max_tokens": 2}})
-    assert status >= 400 and "dead" in body["error"], body
+    rules = alert_rules(tmp_path, error_ratio_critical_for="1s", min_requests=1)  # a handful of requests here
+    with Prometheus(tmp_path, [f"127.0.0.1:{explicit_server.metrics_port}"], [rules]) as prometheus:
+        prometheus.wait_for_scrapes(3)
+        triton_failures = metric(explicit_server, names.TRITON_FAILURE, model)
+        streams = start_load(explicit_server, model)
+        core, _ = engine_processes(explicit_server, model)
+        killed = time.monotonic()
+        os.kill(core, signal.SIGKILL)
+        for message in errors_after(streams, killed, within=1.0):
+            assert "engine is dead" in message, message
+        assert model_ready(explicit_server, model)  # nothing unloads it, as with the official backend
+        status, body = generate(explicit_server, model, {"text_input": "Hi", "parameters": {"max_tokens": 2}})
+        assert status >= 400 and "dead" in body["error"], body
+        assert metric(explicit_server, names.TRITON_FAILURE, model) == triton_failures  # Triton saw no failure
+
+        def ratio() -> float:
+            found = prometheus.query(error_ratio(f'job="triton", {names.MODEL}="{model}"', window="1m"))
+            return float(found[0]["value"][1]) if found else 0.0
+
+        def firing() -> bool:
+            return any(a["labels"]["alertname"] == "VllmHighErrorRatio" and a["labels"].get("model") == model
+                       and a["labels"]["severity"] == "critical" and a["state"] == "firing"
+                       for a in prometheus.alerts())
+
+        wait_until(lambda: ratio() > 0, timeout=20, interval=0.5)
+        wait_until(firing, timeout=30, interval=0.5)

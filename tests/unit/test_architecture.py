@@ -4,7 +4,7 @@
     metrics, health import only common (health's needs are the interfaces in health/ports.py)
     backend         imports common; only its composition root (model_instance.py) and model.py wire in
                     metrics and health
-    observability   imports only the metric names and registry helpers (no engine, no backend)
+    observability   imports only the metric names, registry helpers and label values (no engine, no backend)
     dashboards      imports observability and the metric names; alerts the same, never dashboards
 Nothing imports a room by a generic top-level name (`backend`, `metrics`, ...): only as vllm_triton_observable.*.
 """
@@ -26,9 +26,9 @@ ALLOWED: dict[str, set[str]] = {
     "metrics": {"common"},
     "health": {"common"},
     "backend": {"common"},
-    "observability": {"metrics.names", "metrics.registry"},
+    "observability": {"metrics.names", "metrics.registry", "common.vocabulary"},
     "dashboards": {"observability", "metrics.names", "metrics.registry"},
-    "alerts": {"observability", "metrics.names", "metrics.registry"},
+    "alerts": {"observability", "metrics.names", "metrics.registry", "common.vocabulary"},
 }
 
 
