@@ -1,6 +1,6 @@
 # Every target runs scripts/setup.sh first: it is idempotent and takes seconds once the venv exists.
 SHELL := /bin/bash
-.PHONY: setup serve test test-unit lint dashboards alerts docs bench soak genai-perf install-backend clean
+.PHONY: setup serve test test-unit lint dashboards alerts kubernetes docs bench soak genai-perf install-backend clean
 
 setup:
 	@bash scripts/setup.sh
@@ -19,11 +19,15 @@ test-unit: setup
 lint: setup
 	@source scripts/env.sh && ruff check .
 
+# The Kubernetes base embeds the dashboards and the rules: regenerated with them.
 dashboards: setup
-	@source scripts/env.sh && python -m dashboards.build
+	@source scripts/env.sh && python -m dashboards.build && python -m deploy.build
 
 alerts: setup
-	@source scripts/env.sh && python -m alerts.build
+	@source scripts/env.sh && python -m alerts.build && python -m deploy.build
+
+kubernetes: setup
+	@source scripts/env.sh && python -m deploy.build
 
 # docs/metrics.md, the metric reference, from the installed vLLM (after upgrading it).
 docs: setup

@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from alerts.definitions import panel_ids
-from alerts.render import grafana_rule_group, prometheus_groups, prometheus_rule, runbook
+from alerts.render import grafana_rule_group, prometheus_groups, runbook
 from observability.config import DEFAULT, Config
 from observability.generated_files import write_or_check
 
@@ -31,7 +31,6 @@ def render(config: Config = DEFAULT) -> dict[Path, str]:
     panels = panel_ids(DASHBOARDS)
     return {
         GENERATED / "prometheus-rules.yaml": _yaml(prometheus_groups(config, panels)),
-        GENERATED / "prometheusrule.yaml": _yaml(prometheus_rule(config, panels)),
         GENERATED / "grafana-alert-rules.json": json.dumps(grafana_rule_group(config, panels), indent=2,
                                                            sort_keys=True) + "\n",
         HERE / "runbook.md": runbook(config),

@@ -33,7 +33,7 @@ def prometheus_groups(config: Config, panels: dict[tuple[str, str], int]) -> dic
 
 def prometheus_rule(config: Config, panels: dict[tuple[str, str], int]) -> dict[str, Any]:
     return {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
-            "metadata": {"name": "vllm-triton", "labels": {"prometheus": "k8s", "role": "alert-rules"}},
+            "metadata": {"name": "vllm-triton", "labels": dict(config.prometheus_rule_labels)},
             "spec": prometheus_groups(config, panels)}
 
 

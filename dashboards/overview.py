@@ -71,4 +71,14 @@ def build(config: Config, slo_buckets: dict[str, tuple[float, ...]]) -> Dashboar
                                           f"({sel(names.VLLM_KV_CACHE_USAGE, VLLM)})",
                                           "{{model_instance}} engine {{engine}}"),
                           thresholds=[(None, "green"), (config.kv_cache_warning, "orange")]))
+        .with_row(row("Replicas: drill down from the fleet"))
+        .with_panel(graph("Requests/s by replica", "Finished requests per second per Triton server (instance); "
+                          "the tiles above are the fleet total of the selected instances.", "reqps",
+                          (sum_rate(names.VLLM_REQUEST_SUCCESS, VLLM, "instance"), "{{instance}}"), span=8))
+        .with_panel(graph("Error ratio by replica", "The error ratio above, per Triton server: one bad replica "
+                          "or all of them.", "percentunit", (error_ratio(TRITON, "instance"), "{{instance}}"),
+                          span=8, thresholds=[(None, "green"), (config.error_ratio_warning, "orange"),
+                                              (config.error_ratio_critical, "red")]))
+        .with_panel(graph("TTFT p95 by replica", "95th percentile time to first token per Triton server.", "s",
+                          (quantile(0.95, names.VLLM_TTFT, VLLM, "instance"), "{{instance}}"), span=8))
     )

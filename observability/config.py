@@ -109,5 +109,15 @@ class Config:
     runbook_base: str = "https://runbooks.REPLACE-ME.example/vllm-triton/runbook.md"
     grafana_base: str = "https://grafana.REPLACE-ME.example/d"
 
+    # Kubernetes wiring (deploy/kubernetes, `make kubernetes`). The Service's name becomes the scrape job's name
+    # (the Prometheus operator's default), which triton_selector above must match.
+    service_name: str = "triton-inference-server"
+    pod_labels: tuple[tuple[str, str], ...] = (("app.kubernetes.io/name", "triton-inference-server"),)
+    # What a Prometheus operator's ruleSelector / serviceMonitorSelector and Grafana's dashboard sidecar look for.
+    prometheus_rule_labels: tuple[tuple[str, str], ...] = (("prometheus", "k8s"), ("role", "alert-rules"))
+    service_monitor_labels: tuple[tuple[str, str], ...] = (("prometheus", "k8s"),)
+    grafana_dashboard_label: tuple[str, str] = ("grafana_dashboard", "1")
+    scrape_interval: str = "15s"
+
 
 DEFAULT = Config()

@@ -19,7 +19,7 @@ for path in (ROOT, ROOT / "scripts"):
 # and then the shared default-mode server's group, so that no more than two servers' engines are up at once (each
 # engine takes ≈ 2.3 GB; see README "Tests"). Kept in this order by --no-loadscope-reorder.
 GROUP_ORDER = ("explicit", "test_model_config", "test_serve", "test_ensemble", "test_embeddings", "test_tracing",
-               "test_bench", "shared")
+               "test_fleet", "test_bench", "shared")
 
 
 def group_of(item: pytest.Item) -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 import subprocess
@@ -11,8 +12,10 @@ from typing import Any
 
 import requests
 import yaml
-from triton_launcher import free_port
+from triton_launcher import ROOT, free_port
 
+from alerts.definitions import panel_ids
+from alerts.render import prometheus_groups
 from observability.config import DEFAULT
 from vllm_triton_observable.metrics.registry import le_label
 
@@ -60,8 +63,10 @@ class Prometheus:
                 self.process.kill()
         self.log.close()
 
-    def query(self, expr: str) -> list[dict[str, Any]]:
-        answer = requests.get(f"{self.url}/api/v1/query", params={"query": expr}, timeout=30).json()
+    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+        """An instant query, now or at Unix time `at` (queries compared with each other need one time)."""
+        params = {"query": expr} if at is None else {"query": expr, "time": f"{at:.3f}"}
+        answer = requests.get(f"{self.url}/api/v1/query", params=params, timeout=30).json()
         assert answer["status"] == "success", f"{expr}: {answer}"
         return answer["data"]["result"]
 
@@ -79,8 +84,16 @@ class Prometheus:
         raise AssertionError("no successful scrapes")
 
 
-def substitute(expr: str) -> str:
+def substitute(expr: str, rate_interval: str = "1m") -> str:
     """A dashboard query with its variables set as a default dashboard shows it (every job, instance, model)."""
-    values = {"__rate_interval": "1m", "job": ".*", "instance": ".*", "model": ".*", "engine": ".*"}
+    values = {"__rate_interval": rate_interval, "job": ".*", "instance": ".*", "model": ".*", "engine": ".*"}
     values |= {f"slo_{slo.name.lower()}": le_label(slo.threshold_s) for slo in DEFAULT.slos}
     return re.sub(r"\$(\w+)", lambda m: values[m.group(1)], expr)
+
+
+def generated_rules(tmp_path: Path, **shorter: object) -> Path:
+    """The generated Prometheus rules, with the config fields in `shorter` (e.g. a `for`) changed for a test."""
+    config = dataclasses.replace(DEFAULT, **shorter)
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(yaml.safe_dump(prometheus_groups(config, panel_ids(ROOT / "dashboards" / "generated"))))
+    return rules

@@ -6,23 +6,17 @@ short timeouts so that each fault resolves in seconds.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import signal
 import threading
 import time
-from pathlib import Path
 
 import requests
-import yaml
 from conftest import FAST_HEALTH
-from helpers import ROOT, engine_of, generate, scrape, stub_of, value, wait_until
-from prometheus_server import Prometheus
+from helpers import engine_of, generate, scrape, stub_of, value, wait_until
+from prometheus_server import Prometheus, generated_rules
 
-from alerts.definitions import panel_ids
-from alerts.render import prometheus_groups
-from observability.config import DEFAULT
 from observability.promql import error_ratio
 from vllm_triton_observable.metrics import names
 
@@ -91,7 +85,8 @@ def test_sigkill_enginecore_under_load_with_restart(explicit_server, tmp_path):
     server, fires while the engine is being replaced."""
     model = "h_restart"
     assert metric(explicit_server, names.ENGINE_HEALTHY, model) == 1
-    with Prometheus(tmp_path, [f"127.0.0.1:{explicit_server.metrics_port}"], [alert_rules(tmp_path)]) as prometheus:
+    rules = generated_rules(tmp_path, unhealthy_for="1s")
+    with Prometheus(tmp_path, [f"127.0.0.1:{explicit_server.metrics_port}"], [rules]) as prometheus:
         prometheus.wait_for_scrapes(3)
         assert not [a for a in prometheus.alerts() if a["labels"]["alertname"] == "VllmEngineUnhealthy"]
         streams = start_load(explicit_server, model)
@@ -117,14 +112,6 @@ def test_sigkill_enginecore_under_load_with_restart(explicit_server, tmp_path):
     status, body = generate(explicit_server, model, {"text_input": "Hi", "parameters": {"max_tokens": 2}})
     assert status == 200, body
     assert "engine restarted in place" in explicit_server.log_text()
-
-
-def alert_rules(tmp_path: Path, **shorter: object) -> Path:
-    """The generated Prometheus rules, with VllmEngineUnhealthy's `for` (or what `shorter` names) shortened."""
-    config = dataclasses.replace(DEFAULT, **(shorter or {"unhealthy_for": "1s"}))
-    rules = tmp_path / "rules.yaml"
-    rules.write_text(yaml.safe_dump(prometheus_groups(config, panel_ids(ROOT / "dashboards" / "generated"))))
-    return rules
 
 
 def test_sigkill_worker_under_load_with_unload(explicit_server):
@@ -174,7 +161,7 @@ def test_a_wedged_stub_goes_stale_and_pages_as_stalled(explicit_server, tmp_path
         return time.time() - metric(explicit_server, names.ENGINE_LAST_PROGRESS_TIMESTAMP, model)
 
     assert age() < 3  # idle and watched: the timestamp keeps up
-    rules = alert_rules(tmp_path, stall_seconds=3.0, stall_for="1s")
+    rules = generated_rules(tmp_path, stall_seconds=3.0, stall_for="1s")
     with Prometheus(tmp_path, [f"127.0.0.1:{explicit_server.metrics_port}"], [rules]) as prometheus:
         prometheus.wait_for_scrapes(3)
 
@@ -201,7 +188,7 @@ def test_monitor_off_keeps_the_official_behaviour_and_the_error_ratio_sees_it(ex
     model = "h_off"
     assert names.ENGINE_HEALTHY not in {
         s.name for f in scrape(explicit_server).values() for s in f.samples if s.labels.get("model") == model}
-    rules = alert_rules(tmp_path, error_ratio_critical_for="1s", min_requests=1)  # a handful of requests here
+    rules = generated_rules(tmp_path, error_ratio_critical_for="1s", min_requests=1)  # a handful of requests here
     with Prometheus(tmp_path, [f"127.0.0.1:{explicit_server.metrics_port}"], [rules]) as prometheus:
         prometheus.wait_for_scrapes(3)
         triton_failures = metric(explicit_server, names.TRITON_FAILURE, model)

@@ -6,6 +6,7 @@
                     metrics and health
     observability   imports only the metric names, registry helpers and label values (no engine, no backend)
     dashboards      imports observability and the metric names; alerts the same, never dashboards
+    deploy          imports observability and alerts (the dashboards it reads as generated files)
 Nothing imports a room by a generic top-level name (`backend`, `metrics`, ...): only as vllm_triton_observable.*.
 """
 
@@ -19,7 +20,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "vllm_triton_observable"
 ROOMS = ("backend", "common", "health", "metrics")
-TOOLS = ("observability", "dashboards", "alerts")
+TOOLS = ("observability", "dashboards", "alerts", "deploy")
 COMPOSITION_ROOT = {"backend/model_instance.py", "backend/model.py"}
 ALLOWED: dict[str, set[str]] = {
     "common": set(),
@@ -29,6 +30,7 @@ ALLOWED: dict[str, set[str]] = {
     "observability": {"metrics.names", "metrics.registry", "common.vocabulary"},
     "dashboards": {"observability", "metrics.names", "metrics.registry"},
     "alerts": {"observability", "metrics.names", "metrics.registry", "common.vocabulary"},
+    "deploy": {"observability", "alerts"},
 }
 
 
