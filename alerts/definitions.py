@@ -139,7 +139,7 @@ def alerts(config: Config) -> list[Alert]:
                 "GPU, or the request pattern that crashes the engine. HEALTH_RESTART_MAX_ATTEMPTS bounds the attempts "
                 "for one failure, not the restarts over time."),
             dashboard=DashboardUID.HEALTH,
-            panel="Engine restarts",
+            panel="Engine restarts per hour",
         ),
         Alert(
             name="VllmEngineStalled",
@@ -327,7 +327,7 @@ def alerts(config: Config) -> list[Alert]:
                 "or 'metrics publish failed')."),
             action="Report it with the log lines and the vLLM version; a family Triton refuses is named in the log.",
             dashboard=DashboardUID.HEALTH,
-            panel="Metrics errors",
+            panel="Metrics errors/s",
         ),
     ]
     for slo in config.slos:

@@ -37,13 +37,13 @@ def build(config: Config, slo_buckets: dict[str, tuple[float, ...]]) -> Dashboar
                           "published timestamp, so it also grows when the backend itself stops publishing.", "s",
                           (age(names.ENGINE_LAST_PROGRESS_TIMESTAMP, TRITON, names.MODEL_INSTANCE),
                            "{{model_instance}}"), span=8))
-        .with_panel(graph("Engine restarts", "Engines replaced in place (HEALTH_RECOVERY=restart), per hour (the "
-                          "rate over the panel's interval, times 3600). VllmEngineCrashLoop pages on repeated "
-                          "restarts.", "short",
+        .with_panel(graph("Engine restarts per hour", "Engines replaced in place (HEALTH_RECOVERY=restart), per "
+                          "hour (the rate over the panel's interval, times 3600). VllmEngineCrashLoop pages on "
+                          "repeated restarts.", "short",
                           (f"sum by ({names.MODEL_INSTANCE}) (rate({sel(names.ENGINE_RESTARTS, TRITON)}"
                            f"[$__rate_interval])) * 3600", "{{model_instance}}"), span=24))
         .with_row(row("Exporter"))
-        .with_panel(graph("Metrics errors", "Failures inside the metrics path per second, by stage: record "
+        .with_panel(graph("Metrics errors/s", "Failures inside the metrics path per second, by stage: record "
                           "(vLLM's stat logger) and publish (to Triton). Should be 0; the engine keeps serving.",
                           "short", (sum_rate(names.METRICS_ERRORS, TRITON, f"{names.MODEL_INSTANCE}, {names.STAGE}"),
                                     "{{stage}} {{model_instance}}")))

@@ -37,10 +37,10 @@ def build(config: Config, slo_buckets: dict[str, tuple[float, ...]]) -> Dashboar
                           "looked up.", "percentunit",
                           (ratio(sum_rate(names.VLLM_PREFIX_CACHE_HITS, VLLM),
                                  sum_rate(names.VLLM_PREFIX_CACHE_QUERIES, VLLM)), "hit ratio")))
-        .with_panel(graph("Cached prompt tokens by source", "Prompt tokens per second served from a cache, by "
+        .with_panel(graph("Cached prompt tokens/s by source", "Prompt tokens per second served from a cache, by "
                           "cache tier.", "short",
                           (sum_rate(names.VLLM_PROMPT_TOKENS_CACHED_BY_SOURCE, VLLM, names.SOURCE), "{{source}}")))
-        .with_panel(graph("Prompt tokens by source", "Prompt tokens per second computed locally, hit in the local "
+        .with_panel(graph("Prompt tokens/s by source", "Prompt tokens per second computed locally, hit in the local "
                           "cache, or transferred from an external KV store.", "short",
                           (sum_rate(names.VLLM_PROMPT_TOKENS_BY_SOURCE, VLLM, names.SOURCE), "{{source}}"),
                           span=24))
