@@ -1,15 +1,18 @@
-"""make bench: the same streaming workload through bare AsyncLLM and through Triton with this backend.
+"""make bench: the same streaming workload through vLLM's own server, bare AsyncLLM and Triton with this backend.
 
-Configurations, run in interleaved rounds (a b c d e a b c d e …) so that machine drift hits all alike:
-  a  vLLM's AsyncLLM directly, in this process
-  b  tritonserver + this backend, metrics off
-  c  metrics on (REPORT_CUSTOM_METRICS)
-  d  metrics and the health monitor on
+Configurations, run in interleaved rounds (v h a b c … v h a b c …) so that machine drift hits all alike:
+  v  `vllm serve` (vLLM's OpenAI-compatible server, same engine arguments), /v1/completions streamed (SSE)
+  h  tritonserver + this backend, metrics on, Triton's HTTP generate_stream (SSE), the same SSE client as v
+  a  vLLM's AsyncLLM directly, in this process: the engine's own limit, no server and no client
+  b  tritonserver + this backend, metrics off, gRPC streaming (tritonclient's asyncio client)
+  c  metrics on (REPORT_CUSTOM_METRICS), gRPC streaming
+  d  metrics and the health monitor on, gRPC streaming
   e  metrics on, and every request traced (Triton, this backend and vLLM export OTLP spans to a sink)
-b, c and d are three models of one tritonserver; e is the same model as c on a second tritonserver started with
-OpenTelemetry tracing (rate 1), so the untraced ones build no tracer at all. A model is idle while another is
-measured, and each measurement starts after a short settle (vLLM's workers busy-poll for a second after work).
-Per round it also records the CPU seconds of every process involved, the client included, per token.
+b, c, d are three models of one tritonserver and h is c's model over HTTP; e is the same model as c on a second
+tritonserver started with OpenTelemetry tracing (rate 1), so the untraced ones build no tracer at all. A model is
+idle while another is measured, and each measurement starts after a short settle (vLLM's workers busy-poll for a
+second after work). Per round it also records the CPU seconds of every process involved, by role (client, API
+server or stub, tritonserver, EngineCore, worker), per token.
 Prints a table and writes JSON (default .bench/latest.json). Options: see --help (or BENCH_ARGS for make).
 """
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import json
 import os
@@ -30,6 +34,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import psutil
@@ -40,7 +45,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 from triton_launcher import TINY_ENGINE, TritonServer, free_port, write_model  # noqa: E402
 
 ENGINE = TINY_ENGINE
-CONFIGS = {
+CONFIGS = {  # key: (label, the Triton model's config.pbtxt parameters, or None when it is not a Triton model)
+    "v": ("vllm serve, HTTP SSE", None),
+    "h": ("Triton HTTP SSE, metrics on", None),  # model bench_c
     "a": ("direct AsyncLLM", None),
     "b": ("Triton, metrics off", {}),
     "c": ("Triton, metrics on", {"REPORT_CUSTOM_METRICS": "true"}),
@@ -48,6 +55,7 @@ CONFIGS = {
     "e": ("Triton, metrics + tracing", {"REPORT_CUSTOM_METRICS": "true"}),
 }
 TRACED = {"e"}  # served by the tritonserver that traces every request
+SAME_MODEL = {"h": "c"}  # configurations that measure another's model through a different client
 PROMPT = "Benchmark request {i}: the quick brown fox jumps over the lazy dog while the server streams tokens."
 
 
@@ -129,31 +137,44 @@ def config_pids(key: str, servers: dict[str, TritonServer]) -> list[int]:
     if key == "a":
         skip = {p for server in servers.values() for p in _tree(server.process.pid)}
         return [p for p in _tree(os.getpid()) if p not in skip]
+    if key == "v":
+        return _tree(servers["vllm"].process.pid)
     server = servers[server_of(key)]
-    stub = _stub_of(server.process.pid, f"bench_{key}")
+    stub = _stub_of(server.process.pid, f"bench_{model_of(key)}")
     return [server.process.pid] + (_tree(stub) if stub else [])
 
 
+ROLES = (("VLLM::EngineCore", "EngineCore"), ("VLLM::Worker", "worker"), ("triton_python_backend_stub", "stub"),
+         ("tritonserver", "tritonserver"), ("vllm.entrypoints", "API server"))
+
+
+def role(process: psutil.Process) -> str:
+    """What a process is to the benchmark: the client (this process), or its part of the server."""
+    if process.pid == os.getpid():
+        return "client"
+    command = " ".join(process.cmdline())
+    return next((name for marker, name in ROLES if marker in command), process.name())
+
+
 def cpu_seconds(pids: list[int]) -> dict[int, tuple[str, float]]:
-    """user + system CPU seconds and process name, per pid."""
+    """user + system CPU seconds and role, per pid."""
     found = {}
     for pid in pids:
         try:
             process = psutil.Process(pid)
             times = process.cpu_times()
-            found[pid] = (process.name(), times.user + times.system)
+            found[pid] = (role(process), times.user + times.system)
         except psutil.Error:
             continue
     return found
 
 
 def cpu_used(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]) -> dict[str, float]:
-    """CPU seconds spent between two snapshots, summed per process name (this process is "client")."""
+    """CPU seconds spent between two snapshots, summed per role."""
     used: dict[str, float] = {}
     for pid, (name, seconds) in after.items():
         if pid in before:
-            key = "client" if pid == os.getpid() else name
-            used[key] = used.get(key, 0.0) + seconds - before[pid][1]
+            used[name] = used.get(name, 0.0) + seconds - before[pid][1]
     return {key: round(seconds, 3) for key, seconds in used.items()}
 
 
@@ -248,6 +269,101 @@ async def triton_round(server: TritonServer, model: str, concurrency: int, token
     return run
 
 
+async def sse_round(url: str, body: Any, tokens_in: Any, concurrency: int) -> Run:
+    """Streams over HTTP server-sent events with one aiohttp session (connections kept alive, as a real client
+    would): `body(i)` is request i's JSON, `tokens_in(event, state)` the new tokens one event carries."""
+    import aiohttp
+
+    run = Run()
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        async def one(i: int) -> None:
+            timer, state = StreamTimer(run), {}
+            async with session.post(url, json=body(i)) as response:
+                if response.status != 200:
+                    run.errors += 1
+                    return
+                async for line in response.content:
+                    if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):
+                        continue
+                    timer.tokens(tokens_in(json.loads(line[6:]), state))
+
+        begin = time.perf_counter()
+        await asyncio.gather(*(one(i) for i in range(concurrency)))
+        run.seconds = time.perf_counter() - begin
+    return run
+
+
+def triton_http_round(server: TritonServer, model: str, concurrency: int, tokens: int) -> Any:
+    def body(i: int) -> dict:
+        return {"text_input": PROMPT.format(i=i), "return_num_output_tokens": True,
+                "parameters": {"max_tokens": tokens, "ignore_eos": True, "temperature": 0, "stream": True}}
+
+    return sse_round(f"{server.http_url}/v2/models/{model}/generate_stream", body,
+                     lambda event, _: int(event.get("num_output_tokens", 0)), concurrency)
+
+
+def vllm_serve_round(server: VllmServe, concurrency: int, tokens: int) -> Any:
+    def body(i: int) -> dict:
+        return {"model": ENGINE["model"], "prompt": PROMPT.format(i=i), "max_tokens": tokens, "ignore_eos": True,
+                "temperature": 0, "stream": True,
+                "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+
+    def new_tokens(event: dict, state: dict) -> int:
+        """vLLM's continuous usage stats count the completion tokens so far; the difference is this event's."""
+        if not event.get("choices"):  # the final usage-only event
+            return 0
+        done = (event.get("usage") or {}).get("completion_tokens", 0)
+        new, state["done"] = done - state.get("done", 0), done
+        return new
+
+    return sse_round(f"{server.url}/v1/completions", body, new_tokens, concurrency)
+
+
+class VllmServe:
+    """vLLM's OpenAI-compatible server as a user would start it, with the benchmark's engine arguments."""
+
+    def __init__(self, log_path: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> VllmServe:
+        args = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", ENGINE["model"],
+                "--dtype", ENGINE["dtype"], "--max-model-len", str(ENGINE["max_model_len"]), "--enforce-eager",
+                "--host", "127.0.0.1", "--port", str(self.port), "--disable-uvicorn-access-log",
+                "--uvicorn-log-level", "warning"]
+        self.log = open(self.log_path, "wb")
+        self.process = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
+        return self
+
+    def wait_ready(self, timeout: float) -> None:
+        import requests
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"vllm serve exited; see {self.log_path}")
+            try:
+                if requests.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    return
+            except requests.ConnectionError:
+                pass
+            time.sleep(1)
+        raise RuntimeError(f"vllm serve not ready within {timeout:g} s; see {self.log_path}")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(60)
+            except subprocess.TimeoutExpired:
+                for pid in reversed(_tree(self.process.pid)):
+                    with contextlib.suppress(psutil.Error):
+                        psutil.Process(pid).kill()
+        self.log.close()
+
+
 # -- orchestration -----------------------------------------------------------------------------------
 def pct(values: list[float], q: float) -> float | None:
     return float(np.percentile(values, q)) if values else None
@@ -270,6 +386,9 @@ def summarize(runs: list[Run]) -> dict:
         "scrape_p99_ms": median_range([_ms(pct(r.scrape, 99)) for r in runs]),
         "peak_rss_mib": max((r.peak_rss_mib for r in runs), default=0.0),
         "cpu_ms_per_token": median_range([r.cpu_ms_per_token for r in runs]),
+        "cpu_ms_per_token_by_role": {name: statistics.median(1000 * r.cpu_s.get(name, 0.0) / r.tokens
+                                                             for r in runs if r.tokens)
+                                     for name in sorted({n for r in runs for n in r.cpu_s})},
         "errors": sum(r.errors for r in runs),
         "rounds": [asdict(r) | {"tokens_per_s": r.tokens_per_s, "cpu_ms_per_token": r.cpu_ms_per_token}
                    for r in runs],
@@ -311,13 +430,17 @@ def spans_dropped(server: TritonServer) -> float:
 
 
 def server_of(key: str) -> str:
-    return "traced" if key in TRACED else "plain"
+    return "vllm" if key == "v" else "traced" if key in TRACED else "plain"
+
+
+def model_of(key: str) -> str:
+    return SAME_MODEL.get(key, key)
 
 
 def write_repositories(root: Path, configs: list[str]) -> dict[str, Path]:
     """One model repository per tritonserver the configurations need."""
     repositories = {}
-    for key in configs:
+    for key in {model_of(k) for k in configs}:
         params = CONFIGS[key][1]
         if params is None:
             continue
@@ -326,13 +449,15 @@ def write_repositories(root: Path, configs: list[str]) -> dict[str, Path]:
     return repositories
 
 
-def start_servers(repositories: dict[str, Path], sink_url: str) -> dict[str, TritonServer]:
+def start_servers(repositories: dict[str, Path], sink_url: str, vllm_serve: bool) -> dict[str, Any]:
     """Start every server first, then wait for all: their engines build side by side."""
     tracing = ["--trace-config", "mode=opentelemetry", "--trace-config", f"opentelemetry,url={sink_url}",
                "--trace-config", "rate=1", "--trace-config", "level=TIMESTAMPS"]
-    servers = {name: TritonServer(repository, extra_args=tracing if name == "traced" else [],
-                                  log_path=ROOT / ".build" / f"bench-tritonserver-{name}.log").start()
-               for name, repository in repositories.items()}
+    servers: dict[str, Any] = {name: TritonServer(repository, extra_args=tracing if name == "traced" else [],
+                                                  log_path=ROOT / ".build" / f"bench-tritonserver-{name}.log").start()
+                               for name, repository in repositories.items()}
+    if vllm_serve:
+        servers["vllm"] = VllmServe(ROOT / ".build" / "bench-vllm-serve.log").start()
     for server in servers.values():
         server.wait_ready(timeout=900)
     return servers
@@ -368,6 +493,13 @@ def table(results: dict, ratios: dict) -> str:
             f"{fmt(result['itl_p50_ms']['median'], 1)} / {fmt(result['itl_p99_ms']['median'], 1)} | "
             f"{fmt(result['scrape_p50_ms']['median'], 1)} / {fmt(result['scrape_p99_ms']['median'], 1)} | "
             f"{fmt(result['cpu_ms_per_token']['median'], 2)} | {fmt(result['peak_rss_mib'])} |")
+    roles = [r for r in ("client", "API server", "stub", "tritonserver", "EngineCore", "worker")
+             if any(r in result["cpu_ms_per_token_by_role"] for result in results.values())]
+    rows += ["", "CPU ms per token, by process:", "", "| config | " + " | ".join(roles) + " |",
+             "|---|" + "---|" * len(roles)]
+    for key, result in results.items():
+        by_role = result["cpu_ms_per_token_by_role"]
+        rows.append(f"| {key}: {CONFIGS[key][0]} | " + " | ".join(fmt(by_role.get(r), 3) for r in roles) + " |")
     rows.append("")
     rows += [f"{name}: {fmt(value, 3) if 'ratio' in name or 'over' in name else fmt(value, 1)}"
              for name, value in ratios.items()]
@@ -379,7 +511,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--tokens", type=int, default=128)
-    parser.add_argument("--configs", default="a,b,c,d,e", help="which of a,b,c,d,e to run")
+    parser.add_argument("--configs", default=",".join(CONFIGS), help=f"which of {','.join(CONFIGS)} to run")
     parser.add_argument("--warmup", type=int, default=1, help="unmeasured warm-up rounds")
     parser.add_argument("--settle", type=float, default=2.0,
                         help="idle seconds before each measurement (vLLM's workers busy-poll for 1 s after work)")
@@ -401,9 +533,10 @@ def main(argv: list[str]) -> int:
                 port = free_port()
                 sink = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "otlp_sink.py"), str(port)])
                 sink_url = f"http://127.0.0.1:{port}/v1/traces"
-            if repositories:
-                say(f"starting {len(repositories)} tritonserver(s), one model per Triton configuration (≈ 1 min)")
-                servers = start_servers(repositories, sink_url)
+            if repositories or "v" in configs:
+                say(f"starting {len(repositories)} tritonserver(s), one model per Triton configuration"
+                    f"{' and vllm serve' if 'v' in configs else ''} (≈ 1 min)")
+                servers = start_servers(repositories, sink_url, vllm_serve="v" in configs)
             engine = None
             if "a" in configs:
                 say("starting vLLM's AsyncLLM in this process (≈ 30 s)")
@@ -417,12 +550,18 @@ def main(argv: list[str]) -> int:
                     label = "warm-up" if warm else f"round {round_index - args.warmup + 1}/{args.rounds}"
                     pids = config_pids(key, servers)
                     sampler = RssSampler(pids)
-                    cpu_pids = pids if key == "a" else [*pids, os.getpid()]  # b–e: the client's CPU too
+                    cpu_pids = pids if key == "a" else [*pids, os.getpid()]  # servers: the client's CPU too
                     time.sleep(args.settle)
                     cpu_before = cpu_seconds(cpu_pids)
                     sampler.start()
                     if key == "a":
                         run = loop.run_until_complete(direct_round(engine, args.concurrency, args.tokens))
+                    elif key == "v":
+                        run = loop.run_until_complete(vllm_serve_round(servers["vllm"], args.concurrency,
+                                                                       args.tokens))
+                    elif key == "h":
+                        run = loop.run_until_complete(triton_http_round(servers["plain"], f"bench_{model_of(key)}",
+                                                                        args.concurrency, args.tokens))
                     else:
                         run = loop.run_until_complete(triton_round(servers[server_of(key)], f"bench_{key}",
                                                                    args.concurrency, args.tokens,
@@ -448,12 +587,14 @@ def main(argv: list[str]) -> int:
     results = {key: summarize(r) for key, r in runs.items()}
     ttft = {k: results[k]["ttft_p50_ms"]["median"] for k in results}
     ratios = {
+        "triton_http_over_vllm_serve": ratio(results, "h", "v"),
+        "triton_grpc_over_vllm_serve": ratio(results, "c", "v"),
         "triton_over_direct": ratio(results, "b", "a"),
         "metrics_on_over_off": ratio(results, "c", "b"),
         "health_on_over_off": ratio(results, "d", "c"),
         "tracing_on_over_off": ratio(results, "e", "c"),
-        "ttft_p50_overhead_ms": (ttft["b"] - ttft["a"]) if ttft.get("a") is not None and ttft.get("b") is not None
-        else None,
+        "ttft_p50_overhead_ms": (ttft["h"] - ttft["v"]) if ttft.get("h") is not None and ttft.get("v") is not None
+        else None,  # Triton HTTP minus vllm serve
         "scrape_p99_ms": max((results[k]["scrape_p99_ms"]["median"] for k in ("c", "d", "e")
                               if k in results and results[k]["scrape_p99_ms"]["median"] is not None), default=None),
     }

@@ -1,5 +1,6 @@
-"""A short smoke run of `make bench`: it completes and writes well-formed JSON (figures are not asserted), with the
-traced configuration's spans delivered (its server counts none dropped)."""
+"""A short smoke run of `make bench` over vllm serve and Triton's HTTP (SSE), gRPC and traced paths: it completes,
+every stream receives all its tokens, the JSON has the ratios and the CPU per process role, and the traced
+configuration's spans are delivered (its server counts none dropped). Figures are not asserted."""
 
 import json
 import os
@@ -12,16 +13,25 @@ from helpers import ROOT
 def test_bench_smoke_run_writes_json(tmp_path):
     output = tmp_path / "bench.json"
     result = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "bench.py"), "--configs", "c,e", "--rounds", "1", "--warmup", "0",
+        [sys.executable, str(ROOT / "scripts" / "bench.py"), "--configs", "v,h,c,e", "--rounds", "1", "--warmup", "0",
          "--concurrency", "2", "--tokens", "4", "--output", str(output)],
         capture_output=True, text=True, timeout=900, env=dict(os.environ))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "| c: Triton, metrics on |" in result.stdout and "| e: Triton, metrics + tracing |" in result.stdout
+    for row in ("v: vllm serve, HTTP SSE", "h: Triton HTTP SSE, metrics on", "c: Triton, metrics on",
+                "e: Triton, metrics + tracing"):
+        assert f"| {row} |" in result.stdout, result.stdout[-3000:]
     report = json.loads(output.read_text())
     assert set(report["ratios"]) >= {"triton_over_direct", "metrics_on_over_off", "health_on_over_off",
-                                     "ttft_p50_overhead_ms", "scrape_p99_ms", "tracing_on_over_off"}
-    for key in ("c", "e"):
-        assert report["results"][key]["tokens_per_s"]["median"] > 0 and report["results"][key]["errors"] == 0
+                                     "ttft_p50_overhead_ms", "scrape_p99_ms", "tracing_on_over_off",
+                                     "triton_http_over_vllm_serve", "triton_grpc_over_vllm_serve"}
+    for key in ("v", "h", "c", "e"):
+        result = report["results"][key]
+        assert result["tokens_per_s"]["median"] > 0 and result["errors"] == 0, key
+        # every stream got all its tokens: 2 requests × 4 tokens per round
+        assert [r["tokens"] for r in result["rounds"]] == [8], key
+    assert report["results"]["v"]["cpu_ms_per_token_by_role"].keys() >= {"client", "API server"}
+    assert report["results"]["h"]["cpu_ms_per_token_by_role"].keys() >= {"client", "stub", "tritonserver"}
+    assert report["ratios"]["triton_http_over_vllm_serve"] > 0 and report["ratios"]["ttft_p50_overhead_ms"] is not None
     assert report["ratios"]["tracing_on_over_off"] > 0 and report["trace_spans_dropped"] == 0
     assert report["ratios"]["scrape_p99_ms"] > 0
     assert report["machine"]["cores"] >= 1 and report["workload"]["concurrency"] == 2
