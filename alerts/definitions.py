@@ -7,6 +7,7 @@ alert rules.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +52,13 @@ class Alert:
     @property
     def anchor(self) -> str:
         return self.name.lower()
+
+
+def paging(warning: Alert, expr: str, for_: str) -> list[Alert]:
+    """A warning and its critical variant: the same alert, summary, description and panel, a stricter expression
+    or `for`; the runbook section is the warning's."""
+    return [warning, dataclasses.replace(warning, expr=expr, for_=for_, severity="critical", meaning="", check="",
+                                         action="")]
 
 
 def selector(config: Config, extra: str = "") -> str:
@@ -208,7 +216,7 @@ def alerts(config: Config) -> list[Alert]:
             dashboard=DashboardUID.SERVER,
             panel="Triton successes vs vLLM finished requests",
         ),
-        Alert(
+        *paging(Alert(
             name="VllmHighErrorRatio",
             expr=f"({errors} > {config.error_ratio_warning:g}) and {traffic}",
             for_=config.error_ratio_warning_for,
@@ -229,19 +237,7 @@ def alerts(config: Config) -> list[Alert]:
             action="Fix the cause in the log; if the engine is unhealthy, see VllmEngineUnhealthy.",
             dashboard=DashboardUID.OVERVIEW,
             panel="Error ratio",
-        ),
-        Alert(
-            name="VllmHighErrorRatio",
-            expr=f"({errors} > {config.error_ratio_critical:g}) and {traffic}",
-            for_=config.error_ratio_critical_for,
-            severity="critical",
-            summary="Many requests to a vLLM model fail.",
-            description=(
-                "{{ $value | humanizePercentage }} of requests to {{ $labels.model }} ({{ $labels.job }}, all "
-                "replicas) failed over 5m."),
-            dashboard=DashboardUID.OVERVIEW,
-            panel="Error ratio",
-        ),
+        ), f"({errors} > {config.error_ratio_critical:g}) and {traffic}", config.error_ratio_critical_for),
         Alert(
             name="VllmKVCacheHigh",
             expr=f"{kv} > {config.kv_cache_warning:g}",
@@ -263,7 +259,7 @@ def alerts(config: Config) -> list[Alert]:
             dashboard=DashboardUID.SATURATION,
             panel="KV-cache usage (max and mean)",
         ),
-        Alert(
+        *paging(Alert(
             name="VllmRequestsQueueing",
             expr=f"{waiting} > {config.waiting_requests_warning:g}",
             for_=config.waiting_requests_for,
@@ -275,18 +271,8 @@ def alerts(config: Config) -> list[Alert]:
             action="Scale out (more instances or replicas), or reduce prompt/generation lengths.",
             dashboard=DashboardUID.SATURATION,
             panel="Waiting requests by reason",
-        ),
-        Alert(
-            name="VllmRequestsQueueing",
-            expr=f"{waiting} > {config.waiting_requests_critical:g}",
-            for_=config.waiting_requests_critical_for,
-            severity="critical",
-            summary="Requests are queueing in a vLLM engine.",
-            description="{{ $value }} requests wait in {{ $labels.model_instance }} on {{ $labels.instance }}.",
-            dashboard=DashboardUID.SATURATION,
-            panel="Waiting requests by reason",
-        ),
-        Alert(
+        ), f"{waiting} > {config.waiting_requests_critical:g}", config.waiting_requests_critical_for),
+        *paging(Alert(
             name="VllmHighPreemptionRate",
             expr=f"{preemptions} > {config.preemptions_per_s_warning:g}",
             for_=config.preemptions_for,
@@ -300,17 +286,7 @@ def alerts(config: Config) -> list[Alert]:
             action="Give the engine more KV cache or admit fewer concurrent sequences (max_num_seqs).",
             dashboard=DashboardUID.SATURATION,
             panel="Preemptions/s",
-        ),
-        Alert(
-            name="VllmHighPreemptionRate",
-            expr=f"{preemptions} > {config.preemptions_per_s_critical:g}",
-            for_=config.preemptions_critical_for,
-            severity="critical",
-            summary="A vLLM engine preempts requests often.",
-            description="{{ $labels.model_instance }} preempts {{ $value | humanize }} requests/s.",
-            dashboard=DashboardUID.SATURATION,
-            panel="Preemptions/s",
-        ),
+        ), f"{preemptions} > {config.preemptions_per_s_critical:g}", config.preemptions_critical_for),
         Alert(
             name="VllmMetricsErrors",
             expr=f"sum by ({INSTANCE}, {names.STAGE}) (increase({names.METRICS_ERRORS}{s()}[10m])) > 0",
