@@ -506,10 +506,81 @@ def table(results: dict, ratios: dict) -> str:
     return "\n".join(rows)
 
 
+def measure(key: str, concurrency: int, tokens: int, servers: dict[str, Any], engine: Any,
+            loop: asyncio.AbstractEventLoop, settle: float) -> Run:
+    """One configuration, one round: the workload, its CPU per process role and peak RSS."""
+    pids = config_pids(key, servers)
+    sampler = RssSampler(pids)
+    cpu_pids = pids if key == "a" else [*pids, os.getpid()]  # servers: the client's CPU too
+    time.sleep(settle)
+    cpu_before = cpu_seconds(cpu_pids)
+    sampler.start()
+    if key == "a":
+        run = loop.run_until_complete(direct_round(engine, concurrency, tokens))
+    elif key == "v":
+        run = loop.run_until_complete(vllm_serve_round(servers["vllm"], concurrency, tokens))
+    elif key == "h":
+        run = loop.run_until_complete(triton_http_round(servers["plain"], f"bench_{model_of(key)}", concurrency,
+                                                        tokens))
+    else:
+        run = loop.run_until_complete(triton_round(servers[server_of(key)], f"bench_{key}", concurrency, tokens,
+                                                   scrape=key in ("c", "d", "e")))
+    sampler.stop.set()
+    sampler.join()
+    run.peak_rss_mib = sampler.peak
+    run.cpu_s = cpu_used(cpu_before, cpu_seconds(cpu_pids))
+    return run
+
+
+def ratios_of(results: dict) -> dict:
+    ttft = {k: results[k]["ttft_p50_ms"]["median"] for k in results}
+    return {
+        "triton_http_over_vllm_serve": ratio(results, "h", "v"),
+        "triton_grpc_over_vllm_serve": ratio(results, "c", "v"),
+        "triton_over_direct": ratio(results, "b", "a"),
+        "metrics_on_over_off": ratio(results, "c", "b"),
+        "health_on_over_off": ratio(results, "d", "c"),
+        "tracing_on_over_off": ratio(results, "e", "c"),
+        "ttft_p50_overhead_ms": (ttft["h"] - ttft["v"]) if ttft.get("h") is not None and ttft.get("v") is not None
+        else None,  # Triton HTTP minus vllm serve
+        "scrape_p99_ms": max((results[k]["scrape_p99_ms"]["median"] for k in ("c", "d", "e")
+                              if k in results and results[k]["scrape_p99_ms"]["median"] is not None), default=None),
+    }
+
+
+def plot(sweep: dict[int, dict], path: Path) -> None:
+    """Tokens/s and TTFT p50 against concurrency, one line per configuration."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (throughput, ttft) = plt.subplots(1, 2, figsize=(11, 4.2))
+    levels = sorted(sweep)
+    for key in sweep[levels[0]]:
+        label = f"{key}: {CONFIGS[key][0]}"
+        throughput.plot(levels, [sweep[c][key]["tokens_per_s"]["median"] for c in levels], marker="o", label=label)
+        ttft.plot(levels, [sweep[c][key]["ttft_p50_ms"]["median"] for c in levels], marker="o", label=label)
+    for axis, title, unit in ((throughput, "Throughput", "tokens/s"), (ttft, "Time to first token, p50", "ms")):
+        axis.set_xscale("log", base=2)
+        axis.set_xticks(levels, [str(c) for c in levels])
+        axis.set_xlabel("concurrent streams")
+        axis.set_ylabel(unit)
+        axis.set_title(title)
+        axis.grid(True, alpha=0.3)
+    throughput.legend(fontsize=8)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--sweep", default="",
+                        help="comma-separated concurrencies (e.g. 1,8,32,64): the rounds at each, and a PNG plot")
+    parser.add_argument("--plot", default=str(ROOT / "docs" / "bench-sweep.png"), help="where --sweep draws")
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--configs", default=",".join(CONFIGS), help=f"which of {','.join(CONFIGS)} to run")
     parser.add_argument("--warmup", type=int, default=1, help="unmeasured warm-up rounds")
@@ -521,12 +592,13 @@ def main(argv: list[str]) -> int:
     unknown = set(configs) - set(CONFIGS)
     if unknown:
         parser.error(f"unknown configurations {sorted(unknown)}; choose among {','.join(CONFIGS)}")
+    levels = [int(c) for c in args.sweep.split(",") if c] or [args.concurrency]
 
-    runs: dict[str, list[Run]] = {c: [] for c in configs}
+    runs: dict[int, dict[str, list[Run]]] = {level: {c: [] for c in configs} for level in levels}
     sink, sink_url = None, ""
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         repositories = write_repositories(Path(tmp), configs)
-        servers: dict[str, TritonServer] = {}
+        servers: dict[str, Any] = {}
         loop = asyncio.new_event_loop()
         try:
             if "traced" in repositories:
@@ -543,37 +615,16 @@ def main(argv: list[str]) -> int:
                 engine = loop.run_until_complete(start_direct())
             gc.collect()
             gc.freeze()  # the client must not pause for full collections of vLLM's startup objects
-            total = args.warmup + args.rounds
-            for round_index in range(total):
-                warm = round_index < args.warmup
-                for key in configs:
-                    label = "warm-up" if warm else f"round {round_index - args.warmup + 1}/{args.rounds}"
-                    pids = config_pids(key, servers)
-                    sampler = RssSampler(pids)
-                    cpu_pids = pids if key == "a" else [*pids, os.getpid()]  # servers: the client's CPU too
-                    time.sleep(args.settle)
-                    cpu_before = cpu_seconds(cpu_pids)
-                    sampler.start()
-                    if key == "a":
-                        run = loop.run_until_complete(direct_round(engine, args.concurrency, args.tokens))
-                    elif key == "v":
-                        run = loop.run_until_complete(vllm_serve_round(servers["vllm"], args.concurrency,
-                                                                       args.tokens))
-                    elif key == "h":
-                        run = loop.run_until_complete(triton_http_round(servers["plain"], f"bench_{model_of(key)}",
-                                                                        args.concurrency, args.tokens))
-                    else:
-                        run = loop.run_until_complete(triton_round(servers[server_of(key)], f"bench_{key}",
-                                                                   args.concurrency, args.tokens,
-                                                                   scrape=key in ("c", "d", "e")))
-                    sampler.stop.set()
-                    sampler.join()
-                    run.peak_rss_mib = sampler.peak
-                    run.cpu_s = cpu_used(cpu_before, cpu_seconds(cpu_pids))
-                    say(f"{label} · {key} ({CONFIGS[key][0]}): {run.tokens_per_s:,.0f} tok/s, "
-                        f"TTFT p50 {(_ms(pct(run.ttft, 50)) or 0):.0f} ms, errors {run.errors}")
-                    if not warm:
-                        runs[key].append(run)
+            for level in levels:
+                for round_index in range(args.warmup + args.rounds):
+                    warm = round_index < args.warmup
+                    for key in configs:
+                        label = "warm-up" if warm else f"round {round_index - args.warmup + 1}/{args.rounds}"
+                        run = measure(key, level, args.tokens, servers, engine, loop, args.settle)
+                        say(f"{level} streams · {label} · {key} ({CONFIGS[key][0]}): {run.tokens_per_s:,.0f} tok/s, "
+                            f"TTFT p50 {(_ms(pct(run.ttft, 50)) or 0):.0f} ms, errors {run.errors}")
+                        if not warm:
+                            runs[level][key].append(run)
             if engine is not None:
                 loop.run_until_complete(stop_direct(engine))
             dropped = spans_dropped(servers["traced"]) if "traced" in servers else None
@@ -584,32 +635,27 @@ def main(argv: list[str]) -> int:
             if sink is not None:
                 sink.terminate()
 
-    results = {key: summarize(r) for key, r in runs.items()}
-    ttft = {k: results[k]["ttft_p50_ms"]["median"] for k in results}
-    ratios = {
-        "triton_http_over_vllm_serve": ratio(results, "h", "v"),
-        "triton_grpc_over_vllm_serve": ratio(results, "c", "v"),
-        "triton_over_direct": ratio(results, "b", "a"),
-        "metrics_on_over_off": ratio(results, "c", "b"),
-        "health_on_over_off": ratio(results, "d", "c"),
-        "tracing_on_over_off": ratio(results, "e", "c"),
-        "ttft_p50_overhead_ms": (ttft["h"] - ttft["v"]) if ttft.get("h") is not None and ttft.get("v") is not None
-        else None,  # Triton HTTP minus vllm serve
-        "scrape_p99_ms": max((results[k]["scrape_p99_ms"]["median"] for k in ("c", "d", "e")
-                              if k in results and results[k]["scrape_p99_ms"]["median"] is not None), default=None),
-    }
+    sweep = {level: {key: summarize(r) for key, r in by_key.items()} for level, by_key in runs.items()}
+    results = sweep[levels[-1]]
+    ratios = ratios_of(results)
     report = {"ratios": ratios, "configs": {k: CONFIGS[k][0] for k in configs}, "results": results,
               "trace_spans_dropped": dropped,
-              "workload": {"concurrency": args.concurrency, "tokens": args.tokens, "rounds": args.rounds,
+              "workload": {"concurrency": levels[-1], "tokens": args.tokens, "rounds": args.rounds,
                            "warmup": args.warmup, "prompt": PROMPT, "engine": ENGINE},
               "machine": machine(), "command": "make bench BENCH_ARGS='" + " ".join(argv) + "'"}
+    if len(levels) > 1:
+        report["sweep"] = {str(level): {"ratios": ratios_of(by_key), "results": {
+            key: {"tokens_per_s": r["tokens_per_s"], "ttft_p50_ms": r["ttft_p50_ms"]} for key, r in by_key.items()}}
+            for level, by_key in sweep.items()}
+        plot(sweep, Path(args.plot))
     output = Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(report, indent=2))
+    for level in levels:
+        print(f"\n{level} concurrent streams:\n")
+        print(table(sweep[level], ratios_of(sweep[level])))
     print()
-    print(table(results, ratios))
-    print()
-    say(f"JSON written to {output}")
+    say(f"JSON written to {output}" + (f"; plot drawn to {args.plot}" if len(levels) > 1 else ""))
     return 0
 
 

@@ -1,6 +1,7 @@
-"""A short smoke run of `make bench` over vllm serve and Triton's HTTP (SSE), gRPC and traced paths: it completes,
-every stream receives all its tokens, the JSON has the ratios and the CPU per process role, and the traced
-configuration's spans are delivered (its server counts none dropped). Figures are not asserted."""
+"""A short smoke run of `make bench` over vllm serve and Triton's HTTP (SSE), gRPC and traced paths, swept over
+1 and 2 streams: it completes, draws the plot, every stream receives all its tokens, the JSON has the ratios and
+the CPU per process role, and the traced configuration's spans are delivered (its server counts none dropped).
+Figures are not asserted."""
 
 import json
 import os
@@ -11,10 +12,10 @@ from helpers import ROOT
 
 
 def test_bench_smoke_run_writes_json(tmp_path):
-    output = tmp_path / "bench.json"
+    output, plot = tmp_path / "bench.json", tmp_path / "sweep.png"
     result = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "bench.py"), "--configs", "v,h,c,e", "--rounds", "1", "--warmup", "0",
-         "--concurrency", "2", "--tokens", "4", "--output", str(output)],
+         "--sweep", "1,2", "--tokens", "4", "--output", str(output), "--plot", str(plot)],
         capture_output=True, text=True, timeout=900, env=dict(os.environ))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     for row in ("v: vllm serve, HTTP SSE", "h: Triton HTTP SSE, metrics on", "c: Triton, metrics on",
@@ -35,3 +36,6 @@ def test_bench_smoke_run_writes_json(tmp_path):
     assert report["ratios"]["tracing_on_over_off"] > 0 and report["trace_spans_dropped"] == 0
     assert report["ratios"]["scrape_p99_ms"] > 0
     assert report["machine"]["cores"] >= 1 and report["workload"]["concurrency"] == 2
+    # the sweep: each level's results and ratios, and the plot
+    assert set(report["sweep"]) == {"1", "2"} and set(report["sweep"]["1"]["results"]) == {"v", "h", "c", "e"}
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plot.stat().st_size > 10_000
