@@ -3,12 +3,13 @@
 After a scripted workload with known counts, the overview dashboard's panels are evaluated as Grafana would (its
 variables at All) and their *values* checked: the fleet request rate integrates to the requests sent, the output
 token rate to the responses' `num_output_tokens`, the fleet tiles equal the sum of the per-replica panels,
-in-flight and running are 0 at rest, the error ratio is 0. Then one replica's engine dies and the per-replica alert
-fires for that replica only.
+in-flight and running are 0 at rest, the error ratio is 0; a fleet SLO burn fires once for the model, not per
+replica. Then one replica's engine dies and the per-replica alert fires for that replica only.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -19,6 +20,7 @@ from helpers import BASE_ENGINE, ROOT, engine_of, generate, generate_stream, ser
 from prometheus_server import Prometheus, generated_rules, substitute
 from triton_launcher import TritonServer, write_model
 
+from observability.config import DEFAULT, BurnWindow
 from vllm_triton_observable.metrics import names
 
 MODEL = "vllm_model"
@@ -75,7 +77,11 @@ def send(server, max_tokens: int, stream: bool) -> int:
 
 
 def test_a_two_replica_fleet_shows_true_values_and_a_fault_pages_for_its_replica_only(fleet, tmp_path):
-    rules = generated_rules(tmp_path, unhealthy_for="1s")
+    # Rules as generated, with test-sized knobs: a TTFT SLO at vLLM's smallest bucket (1 ms, which every request
+    # misses) and a fast-burn window without `for`, so the fleet's SLO burns; unhealthy after 1 s.
+    ttft = dataclasses.replace(DEFAULT.slos[0], threshold_s=DEFAULT.slos[0].buckets[0])
+    rules = generated_rules(tmp_path, unhealthy_for="1s", slos=(ttft,), min_requests=5,
+                            burn_windows=(BurnWindow("critical", "1h", "5m", 14.4, "0s"),))
     targets = [f"127.0.0.1:{server.metrics_port}" for server in fleet]
     with Prometheus(tmp_path, targets, [rules]) as prometheus:
         began = time.monotonic()
@@ -103,6 +109,15 @@ def test_a_two_replica_fleet_shows_true_values_and_a_fault_pages_for_its_replica
         assert set(evaluate(prometheus, "Error ratio by replica", window, at).values()) == {0.0}
         assert evaluate(prometheus, "Running and waiting requests", window, at) == {"": 0.0}
         assert float(prometheus.query(f"sum({names.REQUESTS_IN_FLIGHT})", at=at)[0]["value"][1]) == 0
+
+        def burning() -> list[dict]:
+            return [a for a in prometheus.alerts()
+                    if a["labels"]["alertname"] == f"Vllm{ttft.name}ErrorBudgetBurn" and a["state"] == "firing"]
+
+        wait_until(burning, timeout=30, interval=0.5)
+        (burn,) = burning()  # one alert for the model over both replicas (6 + 4 requests, guard 5), no instance
+        assert {k: burn["labels"].get(k) for k in ("job", "model", "instance")} == {
+            "job": "triton", "model": MODEL, "instance": None}
 
         core, _ = engine_of(stub_of(fleet[1], MODEL))
         os.kill(core.pid, signal.SIGKILL)

@@ -82,10 +82,11 @@ def model_ready(server, model: str) -> bool:
 # -- the faults ----------------------------------------------------------------------------------------
 def test_sigkill_enginecore_under_load_with_restart(explicit_server, tmp_path):
     """Also: the generated VllmEngineUnhealthy rule (test-only short `for`), loaded by a real Prometheus scraping this
-    server, fires while the engine is being replaced."""
+    server, fires while the engine is being replaced; and once it is replaced, VllmEngineCrashLoop (its threshold
+    lowered to one restart) pages, though the engine is healthy again."""
     model = "h_restart"
     assert metric(explicit_server, names.ENGINE_HEALTHY, model) == 1
-    rules = generated_rules(tmp_path, unhealthy_for="1s")
+    rules = generated_rules(tmp_path, unhealthy_for="1s", crash_loop_restarts=1)
     with Prometheus(tmp_path, [f"127.0.0.1:{explicit_server.metrics_port}"], [rules]) as prometheus:
         prometheus.wait_for_scrapes(3)
         assert not [a for a in prometheus.alerts() if a["labels"]["alertname"] == "VllmEngineUnhealthy"]
@@ -100,14 +101,16 @@ def test_sigkill_enginecore_under_load_with_restart(explicit_server, tmp_path):
         status, body = generate(explicit_server, model, {"text_input": "Hi", "parameters": {"max_tokens": 2}})
         assert status in (400, 503) and "is unavailable" in body["error"], (status, body)
 
-        def firing() -> bool:
-            return any(a["labels"]["alertname"] == "VllmEngineUnhealthy" and a["labels"].get("model") == model
+        def firing(alert: str) -> bool:
+            return any(a["labels"]["alertname"] == alert and a["labels"].get("model") == model
                        and a["state"] == "firing" for a in prometheus.alerts())
 
-        wait_until(firing, timeout=30, interval=0.5)  # building the new engine takes longer than that on CPU
-    # restart: a new engine in place, without an operator
-    wait_until(lambda: metric(explicit_server, names.ENGINE_HEALTHY, model) == 1, timeout=240, interval=1)
-    assert metric(explicit_server, names.ENGINE_RESTARTS, model) == 1
+        wait_until(lambda: firing("VllmEngineUnhealthy"), timeout=30, interval=0.5)  # a new engine takes longer
+        assert not firing("VllmEngineCrashLoop")
+        # restart: a new engine in place, without an operator
+        wait_until(lambda: metric(explicit_server, names.ENGINE_HEALTHY, model) == 1, timeout=240, interval=1)
+        assert metric(explicit_server, names.ENGINE_RESTARTS, model) == 1
+        wait_until(lambda: firing("VllmEngineCrashLoop"), timeout=30, interval=0.5)
     assert model_ready(explicit_server, model)
     status, body = generate(explicit_server, model, {"text_input": "Hi", "parameters": {"max_tokens": 2}})
     assert status == 200, body
