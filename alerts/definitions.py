@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from observability.config import Config, DashboardUID, LatencySLO
-from observability.promql import TRITON_REFUSED, age, error_ratio
-from vllm_triton_observable.common.vocabulary import Outcome
+from observability.promql import ANSWERED, TRITON_REFUSED, age, error_ratio
 from vllm_triton_observable.metrics import names
 from vllm_triton_observable.metrics.registry import le_label
 
@@ -97,9 +96,8 @@ def alerts(config: Config) -> list[Alert]:
     no_progress = age(names.ENGINE_LAST_PROGRESS_TIMESTAMP, config.triton_selector, INSTANCE)
     waiting = f"sum by ({INSTANCE}) ({names.VLLM_WAITING}{s()})"
     preemptions = f"sum by ({INSTANCE}) (rate({names.VLLM_PREEMPTIONS}{s()}[5m]))"
-    answered = f'{names.OUTCOME}=~"{Outcome.COMPLETED.value}|{Outcome.FAILED.value}"'
     errors = error_ratio(config.triton_selector, FLEET, "5m")
-    traffic = enough_traffic(config, names.REQUESTS_FINISHED, "5m", answered)
+    traffic = enough_traffic(config, names.REQUESTS_FINISHED, "5m", ANSWERED)
     found = [
         Alert(
             name="VllmEngineUnhealthy",

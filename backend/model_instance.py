@@ -20,6 +20,7 @@ from ..common.vocabulary import Outcome
 from ..health.heartbeat import Heartbeat
 from ..health.monitor import HealthMonitor
 from ..health.settings import HealthSettings, Recovery
+from ..metrics import names
 from ..metrics.backend_families import BackendInfo
 from ..metrics.exporter import MetricsExporter, gate
 from ..metrics.health_families import HealthFamilies
@@ -67,7 +68,7 @@ class ModelInstance:
         gc.freeze()
         self.service = GenerationService(self.runner, PbTritonIO(), self.lora, self.log, self._finished,
                                          decoupled=decoupled, tracer=self.tracer,
-                                         trace_attributes={"triton.model_name": args["model_name"],
+                                         trace_attributes={names.TRACE_MODEL_ATTRIBUTE: args["model_name"],
                                                            "triton.model_version": args["model_version"],
                                                            "gen_ai.request.model": args["model_name"]})
         self.monitor = self._health_monitor(args["model_name"], explicit) if self.health_settings.enabled else None
@@ -103,7 +104,7 @@ class ModelInstance:
         if settings is None:
             return None
         self.log.info(f"tracing: on (tritonserver traces in OpenTelemetry mode); spans go to {settings.endpoint}")
-        tracer = RequestTracer(settings, {"triton.model_name": args["model_name"]},
+        tracer = RequestTracer(settings, {names.TRACE_MODEL_ATTRIBUTE: args["model_name"]},
                                on_dropped=lambda n: self.metrics.spans_dropped(n) if self.metrics else None,
                                log_warn=self.log.warn)
         if "otlp_traces_endpoint" not in engine_config:

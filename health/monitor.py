@@ -24,6 +24,22 @@ from .settings import HealthSettings, Recovery
 TICK_S = 0.25
 
 
+class _Untraced:
+    """The incidents of a monitor without a tracer: nothing to record."""
+
+    def unhealthy(self, cause: str) -> None: ...
+
+    def restart_started(self, attempt: int, attempts: int, backoff_s: float) -> None: ...
+
+    def restart_ended(self, error: str | None) -> None: ...
+
+    def recovered(self, cause: str) -> None: ...
+
+    def not_recovered(self, action: str) -> None: ...
+
+    def stopped(self) -> None: ...
+
+
 class HealthMonitor:
     def __init__(
         self,
@@ -46,7 +62,7 @@ class HealthMonitor:
         self._log = log
         self._report = report
         self._unload = unload
-        self._incidents = incidents
+        self._incidents: Incidents = incidents or _Untraced()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="vllm-health", daemon=True)
         self._probe: tuple[float, concurrent.futures.Future[Any]] | None = None
@@ -65,8 +81,7 @@ class HealthMonitor:
         self._stop.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(10)
-        if self._incidents is not None:
-            self._incidents.stopped()
+        self._incidents.stopped()
 
     # -- one tick ---------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -123,15 +138,13 @@ class HealthMonitor:
         log(f"engine health: {transition.state.value} — {transition.cause}")
         if transition.state is not HealthState.UNHEALTHY:
             return
-        if self._incidents is not None:
-            self._incidents.unhealthy(transition.cause)
+        self._incidents.unhealthy(transition.cause)
         error = EngineUnavailable(f"model {self._model} is unavailable: {transition.cause}")
         self._requests.refuse_new_requests(error)
         self._requests.fail_inflight(error)
         self._publish(None)
         if self.settings.recovery is Recovery.UNLOAD:
-            if self._incidents is not None:
-                self._incidents.not_recovered("unloading the model (HEALTH_RECOVERY=unload)")
+            self._incidents.not_recovered("unloading the model (HEALTH_RECOVERY=unload)")
             self._unload_model()
         elif self.settings.recovery is Recovery.RESTART:
             self._restart()
@@ -150,8 +163,7 @@ class HealthMonitor:
     def _recovered(self, cause: str) -> None:
         transition = self.evaluator.recovered(cause)
         self._requests.refuse_new_requests(None)
-        if self._incidents is not None:
-            self._incidents.recovered(cause)
+        self._incidents.recovered(cause)
         if transition is not None:
             self._on_transition(transition)
 
@@ -162,17 +174,14 @@ class HealthMonitor:
                            f"{self.settings.restart_max_attempts})")
             if self._stop.wait(wait):
                 return
-            if self._incidents is not None:
-                self._incidents.restart_started(attempt, self.settings.restart_max_attempts, wait)
+            self._incidents.restart_started(attempt, self.settings.restart_max_attempts, wait)
             try:
                 self._engine.restart()
             except Exception as exc:
                 self._log.error(f"engine restart attempt {attempt} failed: {type(exc).__name__}: {exc}")
-                if self._incidents is not None:
-                    self._incidents.restart_ended(f"{type(exc).__name__}: {exc}")
+                self._incidents.restart_ended(f"{type(exc).__name__}: {exc}")
                 continue
-            if self._incidents is not None:
-                self._incidents.restart_ended(None)
+            self._incidents.restart_ended(None)
             self._probe = None
             self._heartbeat.last_step = None
             if self._report is not None:
@@ -182,8 +191,7 @@ class HealthMonitor:
         action = ("unloading the model" if self._unload is not None
                   else "the model stays loaded and refuses requests")
         self._log.error(f"every restart attempt failed: {action}")
-        if self._incidents is not None:
-            self._incidents.not_recovered(action)
+        self._incidents.not_recovered(action)
         if self._unload is not None:
             self._unload_model()
         else:

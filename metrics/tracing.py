@@ -21,7 +21,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..common.server_flags import trace_config
-from .names import TRACE_SERVICE
+from .names import TRACE_MODEL_ATTRIBUTE, TRACE_SERVICE
 
 VLLM_SERVICE_NAME = "vllm"  # vLLM's tracer names its service only through OTEL_SERVICE_NAME
 TRITON_DEFAULT_URL = "http://localhost:4318/v1/traces"  # opentelemetry-cpp's default, as Triton uses it
@@ -178,7 +178,7 @@ class IncidentTrace:
             if self._incident is None:
                 self._incident = self._tracer.start_span(
                     f"engine incident {self._model}", context=Context(),
-                    attributes={"triton.model_name": self._model, "vllm_triton.health.cause": cause})
+                    attributes={TRACE_MODEL_ATTRIBUTE: self._model, "vllm_triton.health.cause": cause})
             self._incident.add_event("unhealthy", {"cause": cause})
 
     def restart_started(self, attempt: int, attempts: int, backoff_s: float) -> None:

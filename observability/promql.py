@@ -42,6 +42,8 @@ def mean(histogram: str, selector: str, by: str = "") -> str:
 
 # Triton's failure reason for requests it refused before any backend saw them (queue full, queue timeout).
 TRITON_REFUSED = "REJECTED"
+# The outcomes of requests the server answered on their merits (bad input and client cancellations excluded).
+ANSWERED = f'{names.OUTCOME}=~"{Outcome.COMPLETED.value}|{Outcome.FAILED.value}"'
 
 
 def error_ratio(selector: str, by: str = "", window: str = "$__rate_interval") -> str:
@@ -52,8 +54,7 @@ def error_ratio(selector: str, by: str = "", window: str = "$__rate_interval") -
     keeps the ratio defined when either side has no series."""
     grouping = f" by ({by})" if by else ""
     failed = rate(names.REQUESTS_FINISHED, selector, f'{names.OUTCOME}="{Outcome.FAILED.value}"', window)
-    answered = rate(names.REQUESTS_FINISHED, selector,
-                    f'{names.OUTCOME}=~"{Outcome.COMPLETED.value}|{Outcome.FAILED.value}"', window)
+    answered = rate(names.REQUESTS_FINISHED, selector, ANSWERED, window)
     refused = rate(names.TRITON_FAILURE, selector, f'{names.REASON}="{TRITON_REFUSED}"', window)
     return ratio(f"sum{grouping} ({failed} or {refused})", f"sum{grouping} ({answered} or {refused})")
 

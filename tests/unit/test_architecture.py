@@ -29,7 +29,7 @@ ALLOWED: dict[str, set[str]] = {
     "backend": {"common"},
     "observability": {"metrics.names", "metrics.registry", "common.vocabulary"},
     "dashboards": {"observability", "metrics.names", "metrics.registry"},
-    "alerts": {"observability", "metrics.names", "metrics.registry", "common.vocabulary"},
+    "alerts": {"observability", "metrics.names", "metrics.registry"},
     "deploy": {"observability", "alerts"},
 }
 
