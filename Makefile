@@ -1,6 +1,6 @@
 # Every target runs scripts/setup.sh first: it is idempotent and takes seconds once the venv exists.
 SHELL := /bin/bash
-.PHONY: setup serve test test-unit lint dashboards alerts kubernetes docs bench soak genai-perf install-backend clean
+.PHONY: setup serve test test-unit lint dashboards alerts kubernetes docs bench profile soak genai-perf install-backend clean
 
 setup:
 	@bash scripts/setup.sh
@@ -35,6 +35,11 @@ docs: setup
 
 bench: setup
 	@source scripts/env.sh && python scripts/bench.py $(BENCH_ARGS)
+
+# make profile: CPU and context switches per token per process, perf's split of tritonserver and the stub, py-spy's
+# of the stub's Python, under the benchmark's load (PROFILE_ARGS, e.g. "--protocol grpc --trace"); .bench/profile.json.
+profile: setup
+	@source scripts/env.sh && python scripts/profile_serving.py $(PROFILE_ARGS)
 
 # make soak [DURATION=600]: mixed load, cancellations, bad requests and scrapes; writes .soak/latest.json.
 soak: setup

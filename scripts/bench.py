@@ -44,7 +44,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
 from triton_launcher import TINY_ENGINE, TritonServer, free_port, write_model  # noqa: E402
 
-ENGINE = TINY_ENGINE
+ENGINE = dict(TINY_ENGINE)  # --engine-args adds to it, for every configuration alike
 CONFIGS = {  # key: (label, the Triton model's config.pbtxt parameters, or None when it is not a Triton model)
     "v": ("vllm serve, HTTP SSE", None),
     "h": ("Triton HTTP SSE, metrics on", None),  # model bench_c
@@ -213,11 +213,11 @@ async def direct_round(engine, concurrency: int, tokens: int) -> Run:
 
 
 async def triton_round(server: TritonServer, model: str, concurrency: int, tokens: int,
-                       scrape: bool) -> Run:
+                       scrape: bool, run: Run | None = None) -> Run:
     import tritonclient.grpc as grpcclient
     import tritonclient.grpc.aio as aioclient
 
-    run = Run()
+    run = run or Run()
     client = aioclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
     await client.is_model_ready(model)  # connect before timing: a real client keeps its channel open
 
@@ -269,12 +269,13 @@ async def triton_round(server: TritonServer, model: str, concurrency: int, token
     return run
 
 
-async def sse_round(url: str, body: Any, tokens_in: Any, concurrency: int) -> Run:
+async def sse_round(url: str, body: Any, tokens_in: Any, concurrency: int, run: Run | None = None) -> Run:
     """Streams over HTTP server-sent events with one aiohttp session (connections kept alive, as a real client
-    would): `body(i)` is request i's JSON, `tokens_in(event, state)` the new tokens one event carries."""
+    would): `body(i)` is request i's JSON, `tokens_in(event, state)` the new tokens one event carries. `run`:
+    where to count (a fresh Run by default; the profiler reads one while it fills)."""
     import aiohttp
 
-    run = Run()
+    run = run or Run()
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
         async def one(i: int) -> None:
             timer, state = StreamTimer(run), {}
@@ -293,13 +294,14 @@ async def sse_round(url: str, body: Any, tokens_in: Any, concurrency: int) -> Ru
     return run
 
 
-def triton_http_round(server: TritonServer, model: str, concurrency: int, tokens: int) -> Any:
+def triton_http_round(server: TritonServer, model: str, concurrency: int, tokens: int,
+                      run: Run | None = None) -> Any:
     def body(i: int) -> dict:
         return {"text_input": PROMPT.format(i=i), "return_num_output_tokens": True,
                 "parameters": {"max_tokens": tokens, "ignore_eos": True, "temperature": 0, "stream": True}}
 
     return sse_round(f"{server.http_url}/v2/models/{model}/generate_stream", body,
-                     lambda event, _: int(event.get("num_output_tokens", 0)), concurrency)
+                     lambda event, _: int(event.get("num_output_tokens", 0)), concurrency, run)
 
 
 def vllm_serve_round(server: VllmServe, concurrency: int, tokens: int) -> Any:
@@ -333,6 +335,9 @@ class VllmServe:
                 "--dtype", ENGINE["dtype"], "--max-model-len", str(ENGINE["max_model_len"]), "--enforce-eager",
                 "--host", "127.0.0.1", "--port", str(self.port), "--disable-uvicorn-access-log",
                 "--uvicorn-log-level", "warning"]
+        for key, value in ENGINE.items():  # what --engine-args added, as vllm serve's flags
+            if key not in TINY_ENGINE:
+                args += [f"--{key.replace('_', '-')}", str(value)]
         self.log = open(self.log_path, "wb")
         self.process = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
         return self
@@ -406,6 +411,20 @@ def ratio(results: dict, top: str, bottom: str) -> float | None:
     return a / b if a and b else None
 
 
+def paired_ratio(results: dict, top: str, bottom: str) -> dict | None:
+    """top / bottom round by round (the two ran back to back, so machine drift mostly cancels), with the
+    median's 95 % bootstrap interval: how far another run with as many rounds may land."""
+    if top not in results or bottom not in results:
+        return None
+    pairs = zip(results[top]["rounds"], results[bottom]["rounds"], strict=True)
+    ratios = [a["tokens_per_s"] / b["tokens_per_s"] for a, b in pairs if a["tokens_per_s"] and b["tokens_per_s"]]
+    if not ratios:
+        return None
+    draws = np.random.default_rng(0).choice(ratios, size=(2000, len(ratios)))
+    low, high = np.percentile(np.median(draws, axis=1), [2.5, 97.5])
+    return {"median": statistics.median(ratios), "ci95": [float(low), float(high)], "rounds": ratios}
+
+
 def machine() -> dict:
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())
@@ -449,10 +468,22 @@ def write_repositories(root: Path, configs: list[str]) -> dict[str, Path]:
     return repositories
 
 
+def tracing_args(sink_url: str) -> list[str]:
+    """tritonserver's flags for tracing every request in OpenTelemetry mode, exported to `sink_url`."""
+    return ["--trace-config", "mode=opentelemetry", "--trace-config", f"opentelemetry,url={sink_url}",
+            "--trace-config", "rate=1", "--trace-config", "level=TIMESTAMPS"]
+
+
+def start_sink() -> tuple[subprocess.Popen, str]:
+    """The discarding OTLP receiver (a process of its own) and its traces URL."""
+    port = free_port()
+    sink = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "otlp_sink.py"), str(port)])
+    return sink, f"http://127.0.0.1:{port}/v1/traces"
+
+
 def start_servers(repositories: dict[str, Path], sink_url: str, vllm_serve: bool) -> dict[str, Any]:
     """Start every server first, then wait for all: their engines build side by side."""
-    tracing = ["--trace-config", "mode=opentelemetry", "--trace-config", f"opentelemetry,url={sink_url}",
-               "--trace-config", "rate=1", "--trace-config", "level=TIMESTAMPS"]
+    tracing = tracing_args(sink_url)
     servers: dict[str, Any] = {name: TritonServer(repository, extra_args=tracing if name == "traced" else [],
                                                   log_path=ROOT / ".build" / f"bench-tritonserver-{name}.log").start()
                                for name, repository in repositories.items()}
@@ -532,15 +563,29 @@ def measure(key: str, concurrency: int, tokens: int, servers: dict[str, Any], en
     return run
 
 
+ON_OFF = {"metrics_on_over_off": ("c", "b"), "health_on_over_off": ("d", "c"), "tracing_on_over_off": ("e", "c")}
+SERVING = {"triton_http_over_vllm_serve": ("h", "v"), "triton_grpc_over_vllm_serve": ("c", "v"),
+           "triton_over_direct": ("b", "a")}
+
+
+def paired_ratios_of(results: dict) -> dict:
+    return {name: paired for name, (top, bottom) in {**SERVING, **ON_OFF}.items()
+            if (paired := paired_ratio(results, top, bottom)) is not None}
+
+
+def paired_table(paired: dict) -> str:
+    rows = ["Round by round (each pair ran back to back): median, 95 % bootstrap interval of the median, rounds", ""]
+    for name, r in paired.items():
+        rounds = ", ".join(f"{x:.3f}" for x in r["rounds"])
+        rows.append(f"{name}: {r['median']:.3f} [{r['ci95'][0]:.3f}–{r['ci95'][1]:.3f}]  ({rounds})")
+    return "\n".join(rows)
+
+
 def ratios_of(results: dict) -> dict:
     ttft = {k: results[k]["ttft_p50_ms"]["median"] for k in results}
     return {
-        "triton_http_over_vllm_serve": ratio(results, "h", "v"),
-        "triton_grpc_over_vllm_serve": ratio(results, "c", "v"),
-        "triton_over_direct": ratio(results, "b", "a"),
-        "metrics_on_over_off": ratio(results, "c", "b"),
-        "health_on_over_off": ratio(results, "d", "c"),
-        "tracing_on_over_off": ratio(results, "e", "c"),
+        **{name: ratio(results, top, bottom) for name, (top, bottom) in SERVING.items()},
+        **{name: ratio(results, top, bottom) for name, (top, bottom) in ON_OFF.items()},
         "ttft_p50_overhead_ms": (ttft["h"] - ttft["v"]) if ttft.get("h") is not None and ttft.get("v") is not None
         else None,  # Triton HTTP minus vllm serve
         "scrape_p99_ms": max((results[k]["scrape_p99_ms"]["median"] for k in ("c", "d", "e")
@@ -576,7 +621,7 @@ def plot(sweep: dict[int, dict], path: Path) -> None:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--sweep", default="",
                         help="comma-separated concurrencies (e.g. 1,8,32,64): the rounds at each, and a PNG plot")
@@ -586,8 +631,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--warmup", type=int, default=1, help="unmeasured warm-up rounds")
     parser.add_argument("--settle", type=float, default=2.0,
                         help="idle seconds before each measurement (vLLM's workers busy-poll for 1 s after work)")
+    parser.add_argument("--engine-args", default="{}",
+                        help="JSON added to every configuration's engine arguments, e.g. '{\"stream_interval\": 4}' "
+                             "(model.json for Triton, flags for vllm serve)")
     parser.add_argument("--output", default=str(ROOT / ".bench" / "latest.json"))
     args = parser.parse_args(argv)
+    ENGINE.update(json.loads(args.engine_args))
     configs = [c for c in args.configs.split(",") if c]
     unknown = set(configs) - set(CONFIGS)
     if unknown:
@@ -602,9 +651,7 @@ def main(argv: list[str]) -> int:
         loop = asyncio.new_event_loop()
         try:
             if "traced" in repositories:
-                port = free_port()
-                sink = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "otlp_sink.py"), str(port)])
-                sink_url = f"http://127.0.0.1:{port}/v1/traces"
+                sink, sink_url = start_sink()
             if repositories or "v" in configs:
                 say(f"starting {len(repositories)} tritonserver(s), one model per Triton configuration"
                     f"{' and vllm serve' if 'v' in configs else ''} (≈ 1 min)")
@@ -638,7 +685,8 @@ def main(argv: list[str]) -> int:
     sweep = {level: {key: summarize(r) for key, r in by_key.items()} for level, by_key in runs.items()}
     results = sweep[levels[-1]]
     ratios = ratios_of(results)
-    report = {"ratios": ratios, "configs": {k: CONFIGS[k][0] for k in configs}, "results": results,
+    report = {"ratios": ratios, "paired_ratios": paired_ratios_of(results),
+              "configs": {k: CONFIGS[k][0] for k in configs}, "results": results,
               "trace_spans_dropped": dropped,
               "workload": {"concurrency": levels[-1], "tokens": args.tokens, "rounds": args.rounds,
                            "warmup": args.warmup, "prompt": PROMPT, "engine": ENGINE},
@@ -654,6 +702,8 @@ def main(argv: list[str]) -> int:
     for level in levels:
         print(f"\n{level} concurrent streams:\n")
         print(table(sweep[level], ratios_of(sweep[level])))
+        print()
+        print(paired_table(paired_ratios_of(sweep[level])))
     print()
     say(f"JSON written to {output}" + (f"; plot drawn to {args.plot}" if len(levels) > 1 else ""))
     return 0

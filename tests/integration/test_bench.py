@@ -15,9 +15,11 @@ def test_bench_smoke_run_writes_json(tmp_path):
     output, plot = tmp_path / "bench.json", tmp_path / "sweep.png"
     result = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "bench.py"), "--configs", "v,h,c,e", "--rounds", "1", "--warmup", "0",
-         "--sweep", "1,2", "--tokens", "4", "--output", str(output), "--plot", str(plot)],
+         "--sweep", "1,2", "--tokens", "4", "--output", str(output), "--plot", str(plot),
+         "--engine-args", '{"stream_interval": 1}'],  # vLLM's default, passed to every configuration
         capture_output=True, text=True, timeout=900, env=dict(os.environ))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    result_text = result.stdout
     for row in ("v: vllm serve, HTTP SSE", "h: Triton HTTP SSE, metrics on", "c: Triton, metrics on",
                 "e: Triton, metrics + tracing"):
         assert f"| {row} |" in result.stdout, result.stdout[-3000:]
@@ -35,6 +37,9 @@ def test_bench_smoke_run_writes_json(tmp_path):
     assert report["ratios"]["triton_http_over_vllm_serve"] > 0 and report["ratios"]["ttft_p50_overhead_ms"] is not None
     assert report["ratios"]["tracing_on_over_off"] > 0 and report["trace_spans_dropped"] == 0
     assert report["ratios"]["scrape_p99_ms"] > 0
+    paired = report["paired_ratios"]["triton_http_over_vllm_serve"]  # round by round, with its interval
+    assert len(paired["rounds"]) == 1 and paired["ci95"][0] <= paired["median"] <= paired["ci95"][1]
+    assert "Round by round" in result_text and report["workload"]["engine"]["stream_interval"] == 1
     assert report["machine"]["cores"] >= 1 and report["workload"]["concurrency"] == 2
     # the sweep: each level's results and ratios, and the plot
     assert set(report["sweep"]) == {"1", "2"} and set(report["sweep"]["1"]["results"]) == {"v", "h", "c", "e"}

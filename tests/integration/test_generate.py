@@ -46,6 +46,18 @@ def test_generate_stream_sends_deltas_that_add_up(server):
     assert sum(e["num_output_tokens"] for e in events) == GREEDY["max_tokens"]
 
 
+def test_stream_interval_is_a_per_request_opt_in(server):
+    """vLLM's `stream_interval` as a sampling parameter trades response granularity for CPU (docs/benchmarks.md):
+    the first token at once, then one response per 4 tokens, the same text."""
+    _, whole = generate(server, "vllm_model", {"text_input": PROMPT, "exclude_input_in_output": True,
+                                               "parameters": GREEDY})
+    events = generate_stream(server, "vllm_model", {"text_input": PROMPT, "return_num_output_tokens": True,
+                                                    "parameters": {**GREEDY, "stream": True, "stream_interval": 4}})
+    assert all("error" not in e for e in events), events
+    assert [e["num_output_tokens"] for e in events] == [1, 4, 3]
+    assert "".join(e["text_output"] for e in events) == whole["text_output"]
+
+
 @pytest.mark.parametrize("model", BOTH_MODES)
 def test_every_return_output_non_streaming(server, model):
     from transformers import AutoTokenizer

@@ -1,0 +1,32 @@
+"""A short run of `make profile` against a real tritonserver: CPU and context switches per token per process,
+and py-spy's breakdown of the stub's Python by owner (perf's native split only where perf is installed). The
+figures themselves are not asserted; that each process was measured and the stub's Python was sampled is."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+from helpers import ROOT
+
+
+def test_profile_measures_every_process_and_the_stubs_python(tmp_path):
+    output = tmp_path / "profile.json"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "profile_serving.py"), "--seconds", "4", "--concurrency", "4",
+         "--tokens", "16", "--output", str(output)],
+        capture_output=True, text=True, timeout=900, env=dict(os.environ))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    profile = json.loads(output.read_text())
+    assert profile["tokens"] > 0
+    assert set(profile["processes"]) == {"client", "tritonserver", "stub", "EngineCore", "worker"}
+    for name in ("client", "tritonserver", "stub"):
+        assert profile["processes"][name]["cpu_ms"] > 0, name
+    # every response crosses from the stub into tritonserver: its threads wake for each
+    assert profile["processes"]["tritonserver"]["voluntary_switches"] > 0.5
+    owners = dict(profile["python"]["owners"])
+    assert profile["python"]["total"] > 0 and owners.get("backend (requests, responses)", 0) > 0, owners
+    if shutil.which("perf"):
+        assert profile["native"]["tritonserver"]["dso"] and profile["native"]["stub"]["symbols"]
+    assert "| stub |" in result.stdout
