@@ -98,8 +98,9 @@ class OtlpReceiver:
         self._server.shutdown()
         self._server.server_close()
 
-    def trace(self, trace_id: str, names: set[str], timeout: float = 20) -> dict[str, dict[str, Any]]:
-        """The spans of one trace by name, once every name in `names` has arrived."""
+    def trace(self, trace_id: str, names: set[str], timeout: float = 60) -> dict[str, dict[str, Any]]:
+        """The spans of one trace by name, once every name in `names` has arrived (or at the timeout: exporters
+        batch, and on two loaded cores Triton's took over 20 s once)."""
         deadline = time.monotonic() + timeout
         while True:
             with self._lock:
@@ -107,6 +108,15 @@ class OtlpReceiver:
             if names <= set(found) or time.monotonic() > deadline:
                 return found
             time.sleep(0.2)
+
+    def carrying(self, value: str) -> dict[str, list[str]]:
+        """Trace id → names of the spans with an attribute equal to `value`: where a request's spans went."""
+        found: dict[str, list[str]] = {}
+        with self._lock:
+            for span in self.spans:
+                if value in span["attributes"].values():
+                    found.setdefault(span["trace_id"], []).append(span["name"])
+        return found
 
     def span(self, name: str, timeout: float = 20) -> dict[str, Any]:
         """The first span called `name` (any trace), waiting for it to arrive."""

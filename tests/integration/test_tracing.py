@@ -130,6 +130,7 @@ def test_grpc_streaming_with_a_request_id_joins_ids(traced):
             break
     client.stop_stream()
     spans = receiver.trace(trace_id, {"InferRequest", BACKEND_SPAN, VLLM_SPAN})
+    assert {"InferRequest", BACKEND_SPAN, VLLM_SPAN} <= set(spans), (sorted(spans), receiver.carrying("order-42"))
     check_chain(spans)
     backend = spans[BACKEND_SPAN]["attributes"]
     assert backend["triton.request_id"] == "order-42"
