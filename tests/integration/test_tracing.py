@@ -70,6 +70,21 @@ def generate_traced(server, body: dict, stream: bool = False) -> tuple[str, requ
     return trace_id, response
 
 
+def grpc_traced(receiver, send, names: set[str], timeout: float = 60) -> dict[str, dict]:
+    """`send(traceparent)` a gRPC streaming request under a fresh trace and return that trace's spans by name.
+    Triton 2.51 now and then exports nothing at all for a gRPC stream that carries a `traceparent` — not even its
+    own InferRequest span (seen twice in CI on two loaded cores, never over HTTP): Triton did not trace that
+    request, so by design the backend did not either. Such a request is sent once more under a new trace."""
+    spans: dict[str, dict] = {}
+    for _ in range(2):
+        trace_id, header = traceparent()
+        send(header)
+        spans = receiver.trace(trace_id, names, timeout=timeout)
+        if spans:
+            break
+    return spans
+
+
 def check_chain(spans: dict[str, dict]) -> None:
     """Triton's model span → the backend's span → vLLM's llm_request, one trace, the backend span covering the
     generation."""
@@ -111,7 +126,6 @@ def test_one_trace_from_the_client_through_triton_and_the_backend_into_vllm(trac
 
 def test_grpc_streaming_with_a_request_id_joins_ids(traced):
     server, receiver = traced
-    trace_id, header = traceparent()
     inputs = []
     for name, array, dtype in [("text_input", np.array([PROMPT.encode()], dtype=object), "BYTES"),
                                ("stream", np.array([True]), "BOOL"),
@@ -119,17 +133,21 @@ def test_grpc_streaming_with_a_request_id_joins_ids(traced):
         tensor = grpcclient.InferInput(name, list(array.shape), dtype)
         tensor.set_data_from_numpy(array)
         inputs.append(tensor)
-    responses: queue.Queue = queue.Queue()
-    client = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
-    client.start_stream(callback=lambda result, error: responses.put((result, error)), headers={"traceparent": header})
-    client.async_stream_infer(MODEL, inputs, request_id="order-42", enable_empty_final_response=True)
-    while True:
-        result, error = responses.get(timeout=60)
-        assert error is None, error
-        if result.get_response().parameters["triton_final_response"].bool_param:
-            break
-    client.stop_stream()
-    spans = receiver.trace(trace_id, {"InferRequest", BACKEND_SPAN, VLLM_SPAN})
+
+    def send(header: str) -> None:
+        responses: queue.Queue = queue.Queue()
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+        client.start_stream(callback=lambda result, error: responses.put((result, error)),
+                            headers={"traceparent": header})
+        client.async_stream_infer(MODEL, inputs, request_id="order-42", enable_empty_final_response=True)
+        while True:
+            result, error = responses.get(timeout=60)
+            assert error is None, error
+            if result.get_response().parameters["triton_final_response"].bool_param:
+                break
+        client.stop_stream()
+
+    spans = grpc_traced(receiver, send, {"InferRequest", BACKEND_SPAN, VLLM_SPAN})
     assert {"InferRequest", BACKEND_SPAN, VLLM_SPAN} <= set(spans), (sorted(spans), receiver.carrying("order-42"))
     check_chain(spans)
     backend = spans[BACKEND_SPAN]["attributes"]
@@ -150,11 +168,15 @@ def test_a_rejected_request_ends_its_span_with_error(traced):
 
 def test_a_cancelled_request_ends_its_span_with_error(traced):
     server, receiver = traced
-    trace_id, header = traceparent()
-    run(grpc_stream(server, MODEL, grpc_inputs(PROMPT, sampling={"max_tokens": 500, "ignore_eos": True}),
-                    stop_after=2, headers={"traceparent": header}))
+
+    def send(header: str) -> None:
+        run(grpc_stream(server, MODEL, grpc_inputs(PROMPT, sampling={"max_tokens": 500, "ignore_eos": True}),
+                        stop_after=2, headers={"traceparent": header}))
+
     # The span ends when the backend notices the cancellation; on two loaded cores that has taken over 30 s.
-    backend = receiver.trace(trace_id, {BACKEND_SPAN}, timeout=90)[BACKEND_SPAN]
+    spans = grpc_traced(receiver, send, {BACKEND_SPAN}, timeout=90)
+    assert BACKEND_SPAN in spans, sorted(spans)
+    backend = spans[BACKEND_SPAN]
     assert backend["attributes"]["vllm_triton.outcome"] == "cancelled", backend["attributes"]
     assert backend["status"].get("code") in ("STATUS_CODE_ERROR", 2), backend["status"]
     assert "cancelled" in backend["status"].get("message", "")
