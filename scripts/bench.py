@@ -468,6 +468,14 @@ def write_repositories(root: Path, configs: list[str]) -> dict[str, Path]:
     return repositories
 
 
+def engine_args(text: str) -> dict[str, Any]:
+    """--engine-args: a JSON object of engine arguments (argparse turns the ValueError into a usage error)."""
+    value = json.loads(text)
+    if not isinstance(value, dict):
+        raise ValueError(f"not a JSON object: {text}")
+    return value
+
+
 def tracing_args(sink_url: str) -> list[str]:
     """tritonserver's flags for tracing every request in OpenTelemetry mode, exported to `sink_url`."""
     return ["--trace-config", "mode=opentelemetry", "--trace-config", f"opentelemetry,url={sink_url}",
@@ -631,12 +639,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--warmup", type=int, default=1, help="unmeasured warm-up rounds")
     parser.add_argument("--settle", type=float, default=2.0,
                         help="idle seconds before each measurement (vLLM's workers busy-poll for 1 s after work)")
-    parser.add_argument("--engine-args", default="{}",
+    parser.add_argument("--engine-args", type=engine_args, default={},
                         help="JSON added to every configuration's engine arguments, e.g. '{\"stream_interval\": 4}' "
                              "(model.json for Triton, flags for vllm serve)")
     parser.add_argument("--output", default=str(ROOT / ".bench" / "latest.json"))
     args = parser.parse_args(argv)
-    ENGINE.update(json.loads(args.engine_args))
+    ENGINE.update(args.engine_args)
     configs = [c for c in args.configs.split(",") if c]
     unknown = set(configs) - set(CONFIGS)
     if unknown:

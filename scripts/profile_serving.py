@@ -44,7 +44,7 @@ PYTHON_OWNERS = (("vllm_triton_observable/backend", "backend (requests, response
                  ("vllm_triton_observable", "backend (other)"),
                  ("triton_python_backend_utils", "pb_utils"),
                  ("vllm/", "vLLM (output processing, detokenizer, stats)"),
-                 ("prometheus_client", "vLLM (output processing, detokenizer, stats)"),
+                 ("prometheus_client", "prometheus_client (vLLM's and the backend's metric objects)"),
                  ("zmq/", "ZeroMQ (engine IPC)"),
                  ("asyncio/", "asyncio"))
 
@@ -219,14 +219,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seconds", type=float, default=20.0, help="length of the measured window")
     parser.add_argument("--trace", action="store_true",
                         help="trace every request (Triton, this backend and vLLM export OTLP to a discarding sink)")
-    parser.add_argument("--engine-args", default="{}",
+    parser.add_argument("--engine-args", type=bench.engine_args, default={},
                         help="JSON merged into the model's model.json (e.g. '{\"stream_interval\": 4}')")
     parser.add_argument("--output", default=str(ROOT / ".bench" / "profile.json"))
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="profile-") as tmp:
         repository = Path(tmp) / "models"
-        write_model(repository, MODEL, {**bench.ENGINE, **json.loads(args.engine_args)},
+        write_model(repository, MODEL, {**bench.ENGINE, **args.engine_args},
                     params={"REPORT_CUSTOM_METRICS": "true"})
         bench.say("starting tritonserver with the benchmark's metrics-on model (≈ 1 min)")
         sink, sink_url = bench.start_sink() if args.trace else (None, "")
@@ -237,6 +237,8 @@ def main(argv: list[str]) -> int:
             server.wait_ready(timeout=900)
             load.start()
             while load.rounds < 2:  # warm-up: the engine's first steps and the client's connections
+                if not load.is_alive():
+                    raise RuntimeError(f"the load stopped during warm-up; see {server.log_path}")
                 time.sleep(0.2)
             processes = processes_of(server)
             bench.say(f"profiling {args.seconds:g} s of steady load: {', '.join(processes)}")
@@ -253,7 +255,7 @@ def main(argv: list[str]) -> int:
             load.stop.set()
             load.join(120)
             profile: dict[str, Any] = {"protocol": args.protocol, "traced": args.trace, "concurrency": args.concurrency,
-                                       "max_tokens": args.tokens, "engine_args": json.loads(args.engine_args),
+                                       "max_tokens": args.tokens, "engine_args": args.engine_args,
                                        "tokens": tokens, "seconds": seconds,
                                        "processes": per_token(before, after, tokens)}
             if all(path.exists() for path in native_files.values()):

@@ -141,6 +141,8 @@ LONG_PROMPT = "word " * 1200
     ("vllm_model", {"parameters": {"temperature": "hot"}}, "sampling parameter 'temperature': expected `float`"),
     ("vllm_model", {"parameters": {"max_tokens": 0}}, "max_tokens must be at least 1, got 0"),
     ("vllm_model", {"parameters": {"n": 0}}, "n must be at least 1, got 0"),
+    ("vllm_model", {"parameters": {"stream_interval": 0}}, "stream_interval must be at least 1, got 0"),
+    ("vllm_model", {"parameters": {"stream_interval": 2.5}}, "sampling parameter 'stream_interval': expected `int"),
     ("vllm_model", {"text_input": LONG_PROMPT}, "maximum context length is 1024 tokens"),
     ("vllm_model", {"text_input": ""}, "text_input: is empty"),
     ("vllm_model", {"parameters": {"lora_name": "tiny-lora"}}, "LoRA is not enabled for this model"),
