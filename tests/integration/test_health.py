@@ -21,6 +21,11 @@ from observability.promql import error_ratio
 from vllm_triton_observable.metrics import names
 
 LONG = {"stream": True, "max_tokens": 1000, "ignore_eos": True}
+# How soon after a killed engine process every stream has its error. vLLM notices at once (process sentinel) and
+# the monitor ticks every 0.25 s; the rest is delivery on two cores the other test worker keeps busy starting
+# engines (1.01 s seen once in CI). Still below what the probe (0.5 s + 1 s timeout, twice) or the stall
+# watchdog (3 s) would take, so it proves the death path.
+DEATH_BOUND_S = 1.5
 
 
 # -- processes -------------------------------------------------------------------------------------
@@ -94,7 +99,7 @@ def test_sigkill_enginecore_under_load_with_restart(explicit_server, tmp_path):
         core, _ = engine_processes(explicit_server, model)
         killed = time.monotonic()
         os.kill(core, signal.SIGKILL)
-        for message in errors_after(streams, killed, within=1.0):
+        for message in errors_after(streams, killed, within=DEATH_BOUND_S):
             assert "unavailable" in message.lower() or "dead" in message.lower(), message
         wait_until(lambda: metric(explicit_server, names.ENGINE_HEALTHY, model) == 0, timeout=5)
         assert metric(explicit_server, names.ENGINE_HEALTH_STATE, model, state="unhealthy") == 1
@@ -123,7 +128,7 @@ def test_sigkill_worker_under_load_with_unload(explicit_server):
     _, worker = engine_processes(explicit_server, model)
     killed = time.monotonic()
     os.kill(worker, signal.SIGKILL)
-    errors_after(streams, killed, within=1.0)
+    errors_after(streams, killed, within=DEATH_BOUND_S)
     wait_until(lambda: not model_ready(explicit_server, model), timeout=30)
     status, _ = generate(explicit_server, model, {"text_input": "Hi", "parameters": {"max_tokens": 2}})
     assert status >= 400
@@ -199,7 +204,7 @@ def test_monitor_off_keeps_the_official_behaviour_and_the_error_ratio_sees_it(ex
         core, _ = engine_processes(explicit_server, model)
         killed = time.monotonic()
         os.kill(core, signal.SIGKILL)
-        for message in errors_after(streams, killed, within=1.0):
+        for message in errors_after(streams, killed, within=DEATH_BOUND_S):
             assert "engine is dead" in message, message
         assert model_ready(explicit_server, model)  # nothing unloads it, as with the official backend
         status, body = generate(explicit_server, model, {"text_input": "Hi", "parameters": {"max_tokens": 2}})
