@@ -1,6 +1,7 @@
 """make bench: the same streaming workload through vLLM's own server, bare AsyncLLM and Triton with this backend.
 
-Configurations, run in interleaved rounds (v h a b c … v h a b c …) so that machine drift hits all alike:
+Configurations, run in interleaved rounds that alternate direction (v h a b c …, then … c b a h v) so that machine
+drift, and whatever the configuration before leaves behind, hits each one from both sides:
   v  `vllm serve` (vLLM's OpenAI-compatible server, same engine arguments), /v1/completions streamed (SSE)
   h  tritonserver + this backend, metrics on, Triton's HTTP generate_stream (SSE), the same SSE client as v
   a  vLLM's AsyncLLM directly, in this process: the engine's own limit, no server and no client
@@ -425,6 +426,12 @@ def paired_ratio(results: dict, top: str, bottom: str) -> dict | None:
     return {"median": statistics.median(ratios), "ci95": [float(low), float(high)], "rounds": ratios}
 
 
+def round_order(configs: list[str], round_index: int) -> list[str]:
+    """Forward in even rounds, backward in odd ones: with a fixed order, a configuration measured just after
+    another (or late in every round) carries that position's bias into each of its ratios."""
+    return configs if round_index % 2 == 0 else configs[::-1]
+
+
 def machine() -> dict:
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())
@@ -629,7 +636,8 @@ def plot(sweep: dict[int, dict], path: Path) -> None:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=6, help="measured rounds; even, so that each direction "
+                        "of the round order counts as often")
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--sweep", default="",
                         help="comma-separated concurrencies (e.g. 1,8,32,64): the rounds at each, and a PNG plot")
@@ -673,7 +681,7 @@ def main(argv: list[str]) -> int:
             for level in levels:
                 for round_index in range(args.warmup + args.rounds):
                     warm = round_index < args.warmup
-                    for key in configs:
+                    for key in round_order(configs, round_index):
                         label = "warm-up" if warm else f"round {round_index - args.warmup + 1}/{args.rounds}"
                         run = measure(key, level, args.tokens, servers, engine, loop, args.settle)
                         say(f"{level} streams · {label} · {key} ({CONFIGS[key][0]}): {run.tokens_per_s:,.0f} tok/s, "

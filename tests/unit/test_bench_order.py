@@ -1,0 +1,18 @@
+"""make bench's round order: over an even number of rounds every configuration runs as often before a partner as
+after it, so a position in the round biases no ratio."""
+
+from bench import ON_OFF, SERVING, round_order
+
+CONFIGS = ["v", "h", "a", "b", "c", "d", "e"]
+
+
+def test_the_order_reverses_every_other_round():
+    assert round_order(CONFIGS, 0) == CONFIGS
+    assert round_order(CONFIGS, 1) == CONFIGS[::-1]
+    assert round_order(CONFIGS, 2) == CONFIGS
+
+
+def test_each_pair_is_measured_in_both_orders_equally_often():
+    for top, bottom in [*ON_OFF.values(), *SERVING.values()]:
+        first = [round_order(CONFIGS, r).index(top) < round_order(CONFIGS, r).index(bottom) for r in range(6)]
+        assert first.count(True) == first.count(False) == 3, (top, bottom)
