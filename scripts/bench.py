@@ -113,7 +113,7 @@ def _rss_mib(pid: int) -> float:
         return 0.0
 
 
-def _tree(pid: int) -> list[int]:
+def process_tree(pid: int) -> list[int]:
     try:
         root = psutil.Process(pid)
         return [root.pid, *(child.pid for child in root.children(recursive=True))]
@@ -121,7 +121,7 @@ def _tree(pid: int) -> list[int]:
         return []
 
 
-def _stub_of(server_pid: int, model: str) -> int | None:
+def stub_of(server_pid: int, model: str) -> int | None:
     for child in psutil.Process(server_pid).children():
         try:
             if f"/{model}/1/model.py" in " ".join(child.cmdline()):
@@ -136,13 +136,13 @@ def config_pids(key: str, servers: dict[str, TritonServer]) -> list[int]:
     stub, EngineCore and worker (b–e). Found once per round: walking the process table while measuring costs CPU
     and the GIL."""
     if key == "a":
-        skip = {p for server in servers.values() for p in _tree(server.process.pid)}
-        return [p for p in _tree(os.getpid()) if p not in skip]
+        skip = {p for server in servers.values() for p in process_tree(server.process.pid)}
+        return [p for p in process_tree(os.getpid()) if p not in skip]
     if key == "v":
-        return _tree(servers["vllm"].process.pid)
+        return process_tree(servers["vllm"].process.pid)
     server = servers[server_of(key)]
-    stub = _stub_of(server.process.pid, f"bench_{model_of(key)}")
-    return [server.process.pid] + (_tree(stub) if stub else [])
+    stub = stub_of(server.process.pid, f"bench_{model_of(key)}")
+    return [server.process.pid] + (process_tree(stub) if stub else [])
 
 
 ROLES = (("VLLM::EngineCore", "EngineCore"), ("VLLM::Worker", "worker"), ("triton_python_backend_stub", "stub"),
@@ -338,7 +338,7 @@ class VllmServe:
                 "--uvicorn-log-level", "warning"]
         for key, value in ENGINE.items():  # what --engine-args added, as vllm serve's flags
             if key not in TINY_ENGINE:
-                args += [f"--{key.replace('_', '-')}", str(value)]
+                args += serve_flag(key, value)
         self.log = open(self.log_path, "wb")
         self.process = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
         return self
@@ -364,7 +364,7 @@ class VllmServe:
             try:
                 self.process.wait(60)
             except subprocess.TimeoutExpired:
-                for pid in reversed(_tree(self.process.pid)):
+                for pid in reversed(process_tree(self.process.pid)):
                     with contextlib.suppress(psutil.Error):
                         psutil.Process(pid).kill()
         self.log.close()
@@ -473,6 +473,14 @@ def write_repositories(root: Path, configs: list[str]) -> dict[str, Path]:
         repository = repositories.setdefault(server_of(key), root / server_of(key))
         write_model(repository, f"bench_{key}", ENGINE, params=params)
     return repositories
+
+
+def serve_flag(key: str, value: Any) -> list[str]:
+    """An engine argument as vllm serve's flag: booleans are switches (--x / --no-x), objects and lists JSON."""
+    flag = f"--{key.replace('_', '-')}"
+    if isinstance(value, bool):
+        return [flag if value else f"--no-{flag[2:]}"]
+    return [flag, json.dumps(value) if isinstance(value, dict | list) else str(value)]
 
 
 def engine_args(text: str) -> dict[str, Any]:
@@ -599,8 +607,7 @@ def paired_table(paired: dict) -> str:
 def ratios_of(results: dict) -> dict:
     ttft = {k: results[k]["ttft_p50_ms"]["median"] for k in results}
     return {
-        **{name: ratio(results, top, bottom) for name, (top, bottom) in SERVING.items()},
-        **{name: ratio(results, top, bottom) for name, (top, bottom) in ON_OFF.items()},
+        **{name: ratio(results, top, bottom) for name, (top, bottom) in {**SERVING, **ON_OFF}.items()},
         "ttft_p50_overhead_ms": (ttft["h"] - ttft["v"]) if ttft.get("h") is not None and ttft.get("v") is not None
         else None,  # Triton HTTP minus vllm serve
         "scrape_p99_ms": max((results[k]["scrape_p99_ms"]["median"] for k in ("c", "d", "e")

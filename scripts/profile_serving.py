@@ -175,9 +175,9 @@ def python_breakdown(folded: Path) -> tuple[int, collections.Counter, collection
 
 # -- orchestration -------------------------------------------------------------------------------------
 def processes_of(server: TritonServer) -> dict[str, int]:
-    stub = bench._stub_of(server.process.pid, MODEL)
+    stub = bench.stub_of(server.process.pid, MODEL)
     found = {"client": psutil.Process().pid, "tritonserver": server.process.pid}
-    for pid in bench._tree(stub) if stub else []:
+    for pid in bench.process_tree(stub) if stub else []:
         name = bench.role(psutil.Process(pid))
         if name in ("stub", "EngineCore", "worker"):  # not multiprocessing's resource tracker
             found.setdefault(name, pid)

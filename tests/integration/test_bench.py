@@ -19,7 +19,6 @@ def test_bench_smoke_run_writes_json(tmp_path):
          "--engine-args", '{"stream_interval": 1}'],  # vLLM's default, passed to every configuration
         capture_output=True, text=True, timeout=900, env=dict(os.environ))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    result_text = result.stdout
     for row in ("v: vllm serve, HTTP SSE", "h: Triton HTTP SSE, metrics on", "c: Triton, metrics on",
                 "e: Triton, metrics + tracing"):
         assert f"| {row} |" in result.stdout, result.stdout[-3000:]
@@ -28,10 +27,10 @@ def test_bench_smoke_run_writes_json(tmp_path):
                                      "ttft_p50_overhead_ms", "scrape_p99_ms", "tracing_on_over_off",
                                      "triton_http_over_vllm_serve", "triton_grpc_over_vllm_serve"}
     for key in ("v", "h", "c", "e"):
-        result = report["results"][key]
-        assert result["tokens_per_s"]["median"] > 0 and result["errors"] == 0, key
+        measured = report["results"][key]
+        assert measured["tokens_per_s"]["median"] > 0 and measured["errors"] == 0, key
         # every stream got all its tokens: 2 requests × 4 tokens per round
-        assert [r["tokens"] for r in result["rounds"]] == [8], key
+        assert [r["tokens"] for r in measured["rounds"]] == [8], key
     assert report["results"]["v"]["cpu_ms_per_token_by_role"].keys() >= {"client", "API server"}
     assert report["results"]["h"]["cpu_ms_per_token_by_role"].keys() >= {"client", "stub", "tritonserver"}
     assert report["ratios"]["triton_http_over_vllm_serve"] > 0 and report["ratios"]["ttft_p50_overhead_ms"] is not None
@@ -39,7 +38,7 @@ def test_bench_smoke_run_writes_json(tmp_path):
     assert report["ratios"]["scrape_p99_ms"] > 0
     paired = report["paired_ratios"]["triton_http_over_vllm_serve"]  # round by round, with its interval
     assert len(paired["rounds"]) == 1 and paired["ci95"][0] <= paired["median"] <= paired["ci95"][1]
-    assert "Round by round" in result_text and report["workload"]["engine"]["stream_interval"] == 1
+    assert "Round by round" in result.stdout and report["workload"]["engine"]["stream_interval"] == 1
     assert report["machine"]["cores"] >= 1 and report["workload"]["concurrency"] == 2
     # the sweep: each level's results and ratios, and the plot
     assert set(report["sweep"]) == {"1", "2"} and set(report["sweep"]["1"]["results"]) == {"v", "h", "c", "e"}
