@@ -10,12 +10,13 @@ from __future__ import annotations
 import gc
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
 from ..common.errors import ConfigError
 from ..common.parameters import check_known_keys, config_parameters
-from ..common.server_flags import explicit_model_control, http_url, server_argv
+from ..common.server_flags import exit_timeout_s, explicit_model_control, http_url, server_argv
 from ..common.vocabulary import Outcome
 from ..health.heartbeat import Heartbeat
 from ..health.monitor import HealthMonitor
@@ -35,10 +36,15 @@ from .settings import PYTHON_BACKEND_KEYS, BackendSettings
 from .triton_io import PbTritonIO, TritonLogger, TritonRequestView
 from .unload_watch import UnloadWatch, http_readiness
 
+# What to leave of tritonserver's exit timeout for vLLM's shutdown (≈ 5 s here: its worker, then its EngineCore).
+ENGINE_SHUTDOWN_S = 10.0
+
 
 class ModelInstance:
     def __init__(self, args: dict[str, str], model_dir: Path) -> None:
         self.log = TritonLogger()
+        self._closing = threading.Lock()
+        self._closed = False
         model_config = json.loads(args["model_config"])
         decoupled = bool(model_config.get("model_transaction_policy", {}).get("decoupled", False))
         params = config_parameters(model_config)
@@ -124,13 +130,15 @@ class ModelInstance:
                              incidents=self.tracer.incidents(model_name) if self.tracer else None)
 
     def _unload_watch(self, args: dict[str, str]) -> UnloadWatch | None:
-        base = http_url(server_argv())
+        argv = server_argv()
+        base = http_url(argv)
         if base is None:
             self.log.warn("tritonserver runs without HTTP: an unload waits for every running request, however long "
                           "(UNLOAD_DRAIN_TIMEOUT_S needs the HTTP endpoint to notice the unload)")
             return None
         return UnloadWatch(args["model_name"], http_readiness(base, args["model_name"], args["model_version"]),
-                           self.service.drain, self.settings.unload_drain_timeout_s, self.log)
+                           self.service.drain, self.close, self.settings.unload_drain_timeout_s,
+                           max(0.0, exit_timeout_s(argv) - ENGINE_SHUTDOWN_S), self.log)
 
     def _info(self) -> BackendInfo:
         import vllm
@@ -152,16 +160,23 @@ class ModelInstance:
             except Exception as exc:  # e.g. no response sender: nothing can be answered, so say it in the log
                 self.log.error(f"a request could not be accepted: {type(exc).__name__}: {exc}")
 
-    def close(self) -> None:
-        """Unload: stop watching, let in-flight requests finish (bounded), then stop the engine and metrics."""
+    def close(self, drain_timeout_s: float | None = None) -> None:
+        """Unload: stop watching, let in-flight requests finish (bounded), then stop the engine and metrics.
+
+        Called by `finalize()` and, when the server exits, by the unload watch; whoever comes second waits for
+        the first to finish and returns."""
         if self.unload_watch is not None:
-            self.unload_watch.stop()
-        if self.monitor is not None:
-            self.monitor.stop()
-        self.service.drain(self.settings.unload_drain_timeout_s)
-        self.service.close()
-        if self.metrics is not None:
-            self.metrics.stop()
-        if self.tracer is not None:
-            self.tracer.shutdown()
-        self.log.info("unloaded: the engine and its processes are shut down")
+            self.unload_watch.stop()  # returns at once on the watch's own thread
+        with self._closing:
+            if self._closed:
+                return
+            self._closed = True
+            if self.monitor is not None:
+                self.monitor.stop()
+            self.service.drain(self.settings.unload_drain_timeout_s if drain_timeout_s is None else drain_timeout_s)
+            self.service.close()
+            if self.metrics is not None:
+                self.metrics.stop()
+            if self.tracer is not None:
+                self.tracer.shutdown()
+            self.log.info("unloaded: the engine and its processes are shut down")

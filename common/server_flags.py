@@ -39,6 +39,14 @@ def explicit_model_control(argv: list[str]) -> bool:
     return (flag_value(argv, "model-control-mode") or "none").lower() == "explicit"
 
 
+def exit_timeout_s(argv: list[str]) -> float:
+    """How long tritonserver waits for its models to unload when it exits (`--exit-timeout-secs`, 30 by default)."""
+    try:
+        return float(flag_value(argv, "exit-timeout-secs") or 30)
+    except ValueError:
+        return 30.0
+
+
 def http_url(argv: list[str]) -> str | None:
     """Where the server's own HTTP endpoint listens, or None when HTTP is off."""
     allow = flag_value(argv, "allow-http")

@@ -239,14 +239,13 @@ async def triton_round(server: TritonServer, model: str, concurrency: int, token
             yield {"model_name": model, "inputs": inputs(i), "request_id": str(i)}
 
         timer = StreamTimer(run)
+        # Read to the stream's end (the server closes it after the final response): a client that cancels
+        # between the two trips tritonserver 2.51's gRPC frontend into keeping the model loaded for good.
         async for result, error in client.stream_infer(request()):
             if error is not None:
                 run.errors += 1
-                return
+                continue
             timer.tokens(int(result.as_numpy("num_output_tokens")[0]))
-            final = result.get_response().parameters.get("triton_final_response")
-            if final is not None and final.bool_param:
-                return
 
     async def scraper() -> None:
         import aiohttp

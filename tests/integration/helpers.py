@@ -59,10 +59,12 @@ class Launched:
 
 
 @contextmanager
-def launched(model_repo: Path | None = None) -> Iterator[Launched]:
-    """`make serve` (MODEL_REPO=model_repo), on free ports, until it printed its examples; stopped afterwards."""
+def launched(model_repo: Path | None = None, triton_args: str = "") -> Iterator[Launched]:
+    """`make serve` (MODEL_REPO=model_repo, TRITON_ARGS=triton_args), on free ports, until it printed its
+    examples; stopped afterwards."""
     ports = [triton_launcher.free_port() for _ in range(3)]
-    env = dict(os.environ) | ({"MODEL_REPO": str(model_repo)} if model_repo else {})
+    env = (dict(os.environ) | ({"MODEL_REPO": str(model_repo)} if model_repo else {})
+           | ({"TRITON_ARGS": triton_args} if triton_args else {}))
     process = subprocess.Popen(
         [sys.executable, str(ROOT / "scripts" / "triton_launcher.py"), "--http-port", str(ports[0]),
          "--grpc-port", str(ports[1]), "--metrics-port", str(ports[2])],
@@ -186,7 +188,12 @@ def grpc_inputs(prompt: bytes | str, *, stream: bool = True, sampling: dict[str,
 async def grpc_stream(server: Any, model: str, inputs: list[Any], *, stop_after: int | None = None,
                       on_response: Callable[[Any], None] | None = None,
                       timeout: float = 60, headers: dict[str, str] | None = None) -> list[tuple[Any, Any]]:
-    """Responses of one streaming request; with `stop_after`, the client cancels after that many."""
+    """Responses of one streaming request; with `stop_after`, the client cancels after that many.
+
+    Otherwise the stream is read to its end — the server closes it after the final response, as the client has
+    half-closed — and never cancelled after the final response: tritonserver 2.51's gRPC frontend leaks the
+    stream, and with it a reference to the model, when a cancellation arrives between the two (the model then
+    never unloads; see backend/unload_watch.py)."""
     import tritonclient.grpc.aio as aioclient
 
     client = aioclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
@@ -199,13 +206,8 @@ async def grpc_stream(server: Any, model: str, inputs: list[Any], *, stop_after:
     try:
         async for result, error in stream:
             results.append((result, error))
-            if on_response is not None:
+            if on_response is not None and error is None:
                 on_response(result)
-            if error is not None:
-                break
-            final = result.get_response().parameters.get("triton_final_response")
-            if final is not None and final.bool_param:
-                break
             if stop_after is not None and len(results) >= stop_after:
                 stream.cancel()
                 break
