@@ -31,6 +31,7 @@ from .engine_args import build_engine_args, load_model_json, resolve_local_paths
 from .engine_runner import EngineRunner
 from .generation import GenerationService
 from .lora import LoraRegistry
+from .parent_watch import ParentWatch
 from .response_thread import InflightRequest
 from .settings import PYTHON_BACKEND_KEYS, BackendSettings
 from .triton_io import PbTritonIO, TritonLogger, TritonRequestView
@@ -66,6 +67,7 @@ class ModelInstance:
                         *([self.heartbeat.logger_class()] if self.health_settings.enabled else [])]
         self.tracer = self._tracer(args, engine_config)
         self.runner = EngineRunner(build_engine_args(engine_config), stat_loggers)
+        ParentWatch(self.log).start()  # before the engine starts: a server killed meanwhile must not orphan it
         self.log.info(f"starting the vLLM engine for model {engine_config.get('model')!r}")
         self.runner.start()
         # As vLLM's own API server does: move the millions of startup objects out of the collector's way, so

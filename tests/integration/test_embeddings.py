@@ -5,11 +5,27 @@ it cannot do with the reason, and moves the metrics a request moves."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 import tritonclient.http as httpclient
-from helpers import ROOT, TINY_MODEL, generate, launched, printed_commands, run_command, snapshot, value, wait_until
+from helpers import (
+    ROOT,
+    TINY_MODEL,
+    engine_of,
+    generate,
+    launched,
+    printed_commands,
+    run_command,
+    snapshot,
+    value,
+    wait_until,
+)
+from triton_launcher import shm_in_use
 
 from vllm_triton_observable.metrics import names
 
@@ -94,3 +110,23 @@ def test_an_embedding_moves_the_metrics_of_a_request(embedder):
 def test_the_printed_example_embeds(served):
     (command,) = printed_commands(served.output)
     vector(json.loads(run_command(command)))
+
+
+def test_a_killed_tritonserver_takes_its_engine_with_it(served):
+    """Last in this module: it kills the module's server. The stub exits by itself once tritonserver is gone;
+    vLLM's EngineCore and worker would stay behind for good, with their shared memory, without the backend's
+    parent watch."""
+    stub = next(p for p in psutil.Process(served.pid).children() if f"/{MODEL}/1/model.py" in " ".join(p.cmdline()))
+    processes = [stub, *engine_of(stub)]
+    memory = shm_in_use(processes)
+    os.kill(served.pid, signal.SIGKILL)
+
+    def alive(p: psutil.Process) -> bool:
+        try:
+            return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
+
+    wait_until(lambda: not any(alive(p) for p in processes), timeout=30)
+    # what they mapped is unlinked once nobody uses it (semaphores by the resource tracker, a moment later)
+    wait_until(lambda: not {n for n in memory if Path("/dev/shm", n).exists()} - shm_in_use(), timeout=15)

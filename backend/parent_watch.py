@@ -1,0 +1,77 @@
+"""Takes the engine down with tritonserver.
+
+vLLM's EngineCore and its worker are children of the Python stub and watch only each other. When tritonserver dies
+without unloading its models (SIGKILL, a crash, the OOM killer), the stub notices and exits within a second, but the
+EngineCore, the worker and their shared memory stay behind for good, holding the model's memory (on a GPU, its
+device memory), and so does the stub's shared-memory region, which only the server unlinks. This thread waits for
+the server process to end (on a pidfd: no polling), then sends SIGTERM to the engine's processes, which shut down
+as on any other SIGTERM, and unlinks the region.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil  # a dependency of vLLM, so present wherever the backend runs
+
+ENGINE_PROCESS_PREFIX = "VLLM::"  # vLLM's process titles: VLLM::EngineCore, VLLM::Worker
+
+
+def stub_region(argv: list[str]) -> Path | None:
+    """The stub's shared-memory region: the second argument Triton starts `triton_python_backend_stub` with."""
+    if len(argv) > 2 and Path(argv[0]).name == "triton_python_backend_stub" and "/" not in argv[2]:
+        return Path("/dev/shm") / argv[2]
+    return None
+
+
+def engine_processes(root: psutil.Process) -> list[psutil.Process]:
+    try:
+        return [p for p in root.children(recursive=True) if p.name().startswith(ENGINE_PROCESS_PREFIX)]
+    except psutil.Error:
+        return []
+
+
+class ParentWatch:
+    def __init__(self, log: Any, server_pid: int | None = None) -> None:
+        self._log = log
+        self._server_pid = server_pid or os.getppid()
+        self._thread = threading.Thread(target=self._run, name="vllm-parent-watch", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _wait_for_server_exit(self) -> None:
+        try:
+            fd = os.pidfd_open(self._server_pid)
+        except OSError:  # a kernel before 5.3, or the server already gone
+            while psutil.pid_exists(self._server_pid) and os.getppid() == self._server_pid:
+                time.sleep(0.5)
+            return
+        try:
+            select.select([fd], [], [])  # readable once the process has ended
+        finally:
+            os.close(fd)
+
+    def _run(self) -> None:
+        self._wait_for_server_exit()
+        stub = psutil.Process()
+        processes = engine_processes(stub)
+        for process in processes:
+            try:
+                process.send_signal(signal.SIGTERM)
+            except psutil.Error:
+                continue
+        if (region := stub_region(stub.cmdline())) is not None:
+            region.unlink(missing_ok=True)  # this process keeps its mapping; nobody else uses it any more
+        if processes:
+            try:  # the log goes through the server that just ended: it may not arrive
+                self._log.error(f"tritonserver (pid {self._server_pid}) ended without unloading the model: sent "
+                                f"SIGTERM to the engine's {len(processes)} process(es) so that none outlives it")
+            except Exception:
+                pass
