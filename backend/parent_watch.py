@@ -4,8 +4,8 @@ vLLM's EngineCore and its worker are children of the Python stub and watch only 
 without unloading its models (SIGKILL, a crash, the OOM killer), the stub notices and exits within a second, but the
 EngineCore, the worker and their shared memory stay behind for good, holding the model's memory (on a GPU, its
 device memory), and so does the stub's shared-memory region, which only the server unlinks. This thread waits for
-the server process to end (on a pidfd: no polling), then sends SIGTERM to the engine's processes, which shut down
-as on any other SIGTERM, and unlinks the region.
+the server process to end (on a pidfd: no polling), unlinks the region and sends SIGTERM to the EngineCore, which
+shuts down — its worker with it — as when vLLM's own front end stops it.
 """
 
 from __future__ import annotations
@@ -30,9 +30,11 @@ def stub_region(argv: list[str]) -> Path | None:
     return None
 
 
-def engine_processes(root: psutil.Process) -> list[psutil.Process]:
+def engine_processes(stub: psutil.Process) -> list[psutil.Process]:
+    """The stub's own engine processes (EngineCore): signalled as vLLM's front end does at shutdown, they stop their
+    workers in order; a worker signalled directly can exit without unlinking its shared memory."""
     try:
-        return [p for p in root.children(recursive=True) if p.name().startswith(ENGINE_PROCESS_PREFIX)]
+        return [p for p in stub.children() if p.name().startswith(ENGINE_PROCESS_PREFIX)]
     except psutil.Error:
         return []
 
@@ -60,18 +62,19 @@ class ParentWatch:
 
     def _run(self) -> None:
         self._wait_for_server_exit()
+        # The stub exits by itself within about a second: the quick steps first, each already worth having.
         stub = psutil.Process()
+        if (region := stub_region(stub.cmdline())) is not None:
+            region.unlink(missing_ok=True)  # this process keeps its mapping; nobody else uses it any more
         processes = engine_processes(stub)
         for process in processes:
             try:
                 process.send_signal(signal.SIGTERM)
             except psutil.Error:
                 continue
-        if (region := stub_region(stub.cmdline())) is not None:
-            region.unlink(missing_ok=True)  # this process keeps its mapping; nobody else uses it any more
         if processes:
             try:  # the log goes through the server that just ended: it may not arrive
                 self._log.error(f"tritonserver (pid {self._server_pid}) ended without unloading the model: sent "
-                                f"SIGTERM to the engine's {len(processes)} process(es) so that none outlives it")
+                                f"SIGTERM to its EngineCore ({len(processes)}) so that no engine outlives it")
             except Exception:
                 pass

@@ -699,8 +699,11 @@ def main(argv: list[str]) -> int:
             dropped = spans_dropped(servers["traced"]) if "traced" in servers else None
         finally:
             loop.close()
-            for server in servers.values():
+            for name, server in servers.items():
                 server.stop()
+                if not getattr(server, "stopped_cleanly", True):  # a backend or Triton regression: say it
+                    say(f"the {name} tritonserver did not stop cleanly: had to kill {server.forced_kills}, "
+                        f"to remove {server.removed_shm}")
             if sink is not None:
                 sink.terminate()
 

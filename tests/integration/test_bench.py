@@ -19,6 +19,7 @@ def test_bench_smoke_run_writes_json(tmp_path):
          "--engine-args", '{"stream_interval": 1}'],  # vLLM's default, passed to every configuration
         capture_output=True, text=True, timeout=900, env=dict(os.environ))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "did not stop cleanly" not in result.stdout, result.stdout[-3000:]  # every server unloaded its engines
     for row in ("v: vllm serve, HTTP SSE", "h: Triton HTTP SSE, metrics on", "c: Triton, metrics on",
                 "e: Triton, metrics + tracing"):
         assert f"| {row} |" in result.stdout, result.stdout[-3000:]
