@@ -45,11 +45,9 @@ def http_readiness(base_url: str, model: str, version: str) -> Callable[[], Read
                 return Readiness.READY if response.status == 200 else Readiness.UNKNOWN
         except urllib.error.HTTPError as exc:
             return Readiness.NOT_READY if exc.code == 400 else Readiness.UNKNOWN
-        except urllib.error.URLError as exc:
+        except urllib.error.URLError as exc:  # how urllib reports a refused connection
             refused = isinstance(exc.reason, ConnectionRefusedError)
             return Readiness.SERVER_EXITING if refused else Readiness.UNKNOWN
-        except ConnectionRefusedError:
-            return Readiness.SERVER_EXITING
         except OSError:
             return Readiness.UNKNOWN
 

@@ -124,8 +124,19 @@ def cmdline(process: psutil.Process) -> str:
 
 
 def stub_of(server: Any, model: str) -> psutil.Process:
-    """The Python stub that serves `model` on this server."""
-    return next(p for p in psutil.Process(server.process.pid).children() if f"/{model}/1/model.py" in cmdline(p))
+    """The Python stub that serves `model` on this server (a TritonServer, or the pid of one `launched()`)."""
+    pid = server if isinstance(server, int) else server.process.pid
+    return next(p for p in psutil.Process(pid).children() if f"/{model}/1/model.py" in cmdline(p))
+
+
+def leaked(ours: set[str], timeout: float = 10.0) -> set[str]:
+    """Of these /dev/shm entries, those still there once no process uses them (an ending process's semaphores are
+    unlinked by its resource tracker a moment after it exits)."""
+    deadline = time.monotonic() + timeout
+    while (left := (ours & triton_launcher.shm_entries()) - triton_launcher.shm_in_use()) \
+            and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return left
 
 
 def engine_of(stub: psutil.Process) -> tuple[psutil.Process, psutil.Process]:

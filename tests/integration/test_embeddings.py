@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
-from pathlib import Path
 
 import numpy as np
 import psutil
@@ -20,9 +18,11 @@ from helpers import (
     engine_of,
     generate,
     launched,
+    leaked,
     printed_commands,
     run_command,
     snapshot,
+    stub_of,
     value,
     wait_until,
 )
@@ -117,7 +117,7 @@ def test_a_killed_tritonserver_takes_its_engine_with_it(served):
     """Last in this module: it kills the module's server. The stub exits by itself once tritonserver is gone;
     vLLM's EngineCore and worker would stay behind for good, with their shared memory, without the backend's
     parent watch."""
-    stub = next(p for p in psutil.Process(served.pid).children() if f"/{MODEL}/1/model.py" in " ".join(p.cmdline()))
+    stub = stub_of(served.pid, MODEL)
     processes = [stub, *engine_of(stub)]
     memory = shm_in_use(processes)
     os.kill(served.pid, signal.SIGKILL)
@@ -129,12 +129,6 @@ def test_a_killed_tritonserver_takes_its_engine_with_it(served):
             return False
 
     wait_until(lambda: not any(alive(p) for p in processes), timeout=30)
-
-    def left() -> set[str]:  # what they mapped, still there and used by nobody
-        return {n for n in memory if Path("/dev/shm", n).exists()} - shm_in_use()
-
     # unlinked by the engine's processes as they shut down, the rest by their resource tracker a moment later
-    deadline = time.monotonic() + 30
-    while left() and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not left(), f"left behind: {sorted(left())} of {sorted(memory)}"
+    left = leaked(memory, timeout=30)
+    assert not left, f"left behind: {sorted(left)} of {sorted(memory)}"

@@ -9,20 +9,25 @@ import os
 import signal
 import threading
 import time
-from pathlib import Path
 
 import psutil
 import pytest
-from helpers import grpc_inputs, grpc_stream, launched, printed_commands, run_command, sse_events, wait_until
-from triton_launcher import SHM_GLOBS, shm_in_use
+from helpers import (
+    ROOT,
+    grpc_inputs,
+    grpc_stream,
+    launched,
+    leaked,
+    printed_commands,
+    run_command,
+    sse_events,
+    wait_until,
+)
+from triton_launcher import shm_in_use
 
 # tritonserver waits this long for its models at exit; the backend keeps 10 s of it for vLLM's shutdown, so
 # running requests may finish for 2 s (UNLOAD_DRAIN_TIMEOUT_S is the sample's default, 30 s).
 EXIT_TIMEOUT_S = 12
-
-
-def shm_names() -> set[str]:
-    return {p.name for pattern in SHM_GLOBS for p in Path("/dev/shm").glob(pattern)}
 
 
 def mapped_by(pid: int) -> set[str]:
@@ -30,15 +35,6 @@ def mapped_by(pid: int) -> set[str]:
     engines its fault tests kill, have entries of their own there)."""
     root = psutil.Process(pid)
     return shm_in_use([root, *root.children(recursive=True)])
-
-
-def leaked(ours: set[str]) -> set[str]:
-    """Of the server's entries, those still there once no process uses them (an ending process's semaphores are
-    unlinked by its resource tracker a moment after it exits)."""
-    deadline = time.monotonic() + 10
-    while (left := (ours & shm_names()) - shm_in_use()) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    return left
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +83,7 @@ def test_ctrl_c_bounds_running_generations_and_leaves_no_process_and_no_shared_m
     stopped_after = time.monotonic() - began
     streams.join(30)
     said = process.stdout.read()
-    log = (Path(__file__).parents[2] / ".build" / "serve.log").read_text()
+    log = (ROOT / ".build" / "serve.log").read_text()
     # Without the backend's bound the server would wait for every generation; it noticed the exit instead
     # (tritonserver closes its HTTP endpoint at once), stopped what outlived 2 s and shut the engine down.
     assert "tritonserver is exiting (its HTTP endpoint closed): running requests of vllm_model may finish for up " \
