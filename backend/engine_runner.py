@@ -6,7 +6,7 @@ handler. Everything that touches a running engine runs on this loop; other threa
 Building an engine takes tens of seconds and blocks, so it runs on a thread of its own: the loop keeps
 serving (and answering "restarting") meanwhile; the new engine's output handler is then started on this loop.
 An engine that arrives after its start timed out, or after shutdown began, is shut down — never left running
-without an owner.
+without an owner. A new engine serves one warm-up request (`engine_warm_up`) before anyone else may use it.
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ import concurrent.futures
 import threading
 import time
 import uuid
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, TypeVar
 
 from ..common.errors import ConfigError
+from .engine_warm_up import needs_warm_up, warm_up_request
 
 T = TypeVar("T")
 SHUTDOWN_TIMEOUT_S = 60.0
@@ -31,10 +32,19 @@ class EngineStartError(ConfigError):
 
 class EngineRunner:
     def __init__(self, engine_args: Any, stat_loggers: list[Any] | None = None,
-                 start_timeout_s: float = 600.0) -> None:
+                 start_timeout_s: float = 600.0, log_info: Callable[[str], None] | None = None,
+                 own_trace_headers: dict[str, str] | None = None) -> None:
         self._engine_args = engine_args
         self._stat_loggers = stat_loggers or None
         self._start_timeout_s = start_timeout_s
+        self._log_info = log_info or (lambda _message: None)
+        # vLLM's trace_headers for the backend's own requests (warm-up, health probe): "not sampled" when vLLM
+        # traces, so that no client-less trace appears.
+        self._own_trace_headers = own_trace_headers
+        # True while a new engine serves its warm-up request: the metrics leave that request out.
+        self.warming_up = False
+        # The backend's own requests (warm-up, health probe) in flight: a shutdown cancels them.
+        self._own_requests: set[concurrent.futures.Future[None]] = set()
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run_loop, name="vllm-engine-loop", daemon=True)
         self._lock = threading.Lock()
@@ -52,7 +62,7 @@ class EngineRunner:
         """Start the loop and the first engine; raise with the cause."""
         self._thread.start()
         try:
-            self.engine = self._build(timeout=None)
+            self._build(timeout=None)
         except Exception as exc:
             self._stop_loop()
             raise exc if isinstance(exc, EngineStartError) else EngineStartError(
@@ -60,12 +70,16 @@ class EngineRunner:
 
     def restart(self) -> None:
         """Shut the current engine (and its processes) down and build a new one; the loop keeps running."""
-        old, self.engine = self.engine, None
+        with self._lock:
+            old, self.engine = self.engine, None
         if old is not None:
             self._shutdown_engine(old)
-        self.engine = self._build(self._start_timeout_s)
+        self._build(self._start_timeout_s)
 
-    def _build(self, timeout: float | None) -> Any:
+    def _build(self, timeout: float | None) -> None:
+        """Build an engine, attach it to the loop and warm it up; only then is it `self.engine`.
+
+        Until that moment `_building` holds its future, so a shutdown() meanwhile waits for it and shuts it down."""
         with self._lock:
             if self._closed:
                 raise EngineStartError("the model is being unloaded")
@@ -77,13 +91,25 @@ class EngineRunner:
         except concurrent.futures.TimeoutError:
             future.add_done_callback(self._discard_late)  # shut it down when it arrives
             raise EngineStartError(f"the vLLM engine did not start within {timeout:g} s") from None
+        failure: Exception | None = None
+        try:
+            if not self._closed:
+                self.supported_tasks = self.call(self._attach(engine), timeout=SHUTDOWN_TIMEOUT_S)
+                self._warm_up(engine)
+        except Exception as exc:
+            failure = exc
+            if not self._closed:  # else shutdown() has shut it down (and is stopping the loop)
+                self._shutdown_engine(engine)
         with self._lock:
             self._building = None
             closed = self._closed
+            if not closed and failure is None:
+                self.engine = engine
+                return
         if closed:  # shutdown() began meanwhile and waits for this engine: it shuts it down
             raise EngineStartError("the model was unloaded while the engine was starting")
-        self.supported_tasks = self.call(self._attach(engine), timeout=SHUTDOWN_TIMEOUT_S)
-        return engine
+        raise EngineStartError(f"the vLLM engine started but failed its warm-up: {type(failure).__name__}: "
+                               f"{failure}") from failure
 
     @staticmethod
     async def _attach(engine: Any) -> tuple[str, ...]:
@@ -92,6 +118,21 @@ class EngineRunner:
         Returns the tasks the model supports."""
         engine._run_output_handler()
         return tuple(await engine.get_supported_tasks())
+
+    def _warm_up(self, engine: Any) -> None:
+        if not needs_warm_up(engine, self.supported_tasks):
+            return
+        prompt, params, request_id = warm_up_request()
+        start = time.monotonic()
+        self.warming_up = True
+        try:
+            self._serve_one(engine, lambda: engine.generate(prompt, params, request_id,
+                                                            trace_headers=self._own_trace_headers),
+                            request_id, self._start_timeout_s)
+        finally:
+            self.warming_up = False
+        self._log_info(f"engine warm-up: one request with logprobs served in {time.monotonic() - start:.1f} s "
+                       "(vLLM builds its logprobs kernel on first use; the compile cache makes later starts faster)")
 
     def _create(self, future: concurrent.futures.Future[Any]) -> None:
         from vllm.v1.engine.async_llm import AsyncLLM
@@ -142,29 +183,43 @@ class EngineRunner:
         engine = self.engine
         request_id = f"health-probe-{uuid.uuid4().hex}"
 
-        async def generate() -> None:
+        def outputs() -> AsyncIterator[Any]:
             if "generate" in self.supported_tasks or "embed" not in self.supported_tasks:
-                outputs = engine.generate("health probe", SamplingParams(max_tokens=1), request_id)
-            else:
-                outputs = engine.encode("health probe", PoolingParams(task="embed"), request_id)
-            async for _ in outputs:
+                return engine.generate("health probe", SamplingParams(max_tokens=1), request_id,
+                                       trace_headers=self._own_trace_headers)
+            return engine.encode("health probe", PoolingParams(task="embed"), request_id)
+
+        self._serve_one(engine, outputs, request_id, timeout_s)
+
+    def _serve_one(self, engine: Any, outputs: Callable[[], AsyncIterator[Any]], request_id: str,
+                   timeout_s: float) -> None:
+        """Run one request of the backend's own to its end on the loop; abort it in the engine if it fails."""
+        async def consume() -> None:
+            async for _ in outputs():
                 pass
 
         async def bounded() -> None:
             try:
-                await asyncio.wait_for(generate(), timeout_s)
+                await asyncio.wait_for(consume(), timeout_s)
             except BaseException:
                 await engine.abort(request_id)
                 raise
 
-        self.call(bounded(), timeout=timeout_s + 1)
+        future = self.submit(bounded())
+        with self._lock:
+            self._own_requests.add(future)
+        try:
+            future.result(timeout_s + 1)
+        finally:
+            with self._lock:
+                self._own_requests.discard(future)
 
     def shutdown(self) -> None:
         """Shut every engine down — the current one and one still starting — then stop the loop."""
         with self._lock:
             self._closed = True
             building = self._building
-        engine, self.engine = self.engine, None
+            engine, self.engine = self.engine, None
         if engine is not None:
             self._shutdown_engine(engine)
         if building is not None:
@@ -174,6 +229,10 @@ class EngineRunner:
                 late = None
             if late is not None:
                 self._shutdown_engine(late)
+        with self._lock:
+            own = list(self._own_requests)
+        for future in own:  # e.g. a warm-up on the engine just shut down, which may never answer now
+            future.cancel()
         self._stop_loop()
 
     def _shutdown_engine(self, engine: Any) -> None:

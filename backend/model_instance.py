@@ -34,6 +34,7 @@ from .lora import LoraRegistry
 from .parent_watch import ParentWatch
 from .response_thread import InflightRequest
 from .settings import PYTHON_BACKEND_KEYS, BackendSettings
+from .trace_attributes import UNSAMPLED
 from .triton_io import PbTritonIO, TritonLogger, TritonRequestView
 from .unload_watch import UnloadWatch, http_readiness
 
@@ -63,12 +64,13 @@ class ModelInstance:
         self.lora = LoraRegistry.load(model_dir, engine_config)
         self.metrics = self._metrics_exporter(args, engine_config)
         self.heartbeat = Heartbeat()
-        stat_loggers = [*(self.metrics.stat_loggers() if self.metrics else []),
+        stat_loggers = [*(self.metrics.stat_loggers(paused=lambda: self.runner.warming_up) if self.metrics else []),
                         *([self.heartbeat.logger_class()] if self.health_settings.enabled else [])]
         self.tracer = self._tracer(args, engine_config)
-        self.runner = EngineRunner(build_engine_args(engine_config), stat_loggers)
+        self.runner = EngineRunner(build_engine_args(engine_config), stat_loggers, log_info=self.log.info,
+                                   own_trace_headers=UNSAMPLED if "otlp_traces_endpoint" in engine_config else None)
         ParentWatch(self.log).start()  # before the engine starts: a server killed meanwhile must not orphan it
-        self.log.info(f"starting the vLLM engine for model {engine_config.get('model')!r}")
+        self.log.info(f"starting the vLLM engine for model {engine_config.get('model')!r} (then one warm-up request)")
         self.runner.start()
         # As vLLM's own API server does: move the millions of startup objects out of the collector's way, so
         # that a full collection does not pause the engine loop for a second under load.

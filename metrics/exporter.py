@@ -58,8 +58,9 @@ class MetricsExporter:
             raise
         return True
 
-    def stat_loggers(self) -> list[type]:
-        return [stat_logger_class(self.registry, self.errors)]
+    def stat_loggers(self, paused: Callable[[], bool]) -> list[type]:
+        """vLLM's logger for this instance; it records nothing while `paused()` (the engine's warm-up)."""
+        return [stat_logger_class(self.registry, self.errors, paused)]
 
     def start(self, info: BackendInfo, inflight_count: Callable[[], int]) -> None:
         self.families = BackendFamilies(self.registry, info, inflight_count)

@@ -6,12 +6,14 @@ KV-connector and perf helpers' families — is created through these classes, so
 families appear without code changes, with vLLM's names, labels and buckets.
 
 Every call vLLM makes into the logger is guarded: vLLM runs `record()` inside its output handler, where an
-exception would mark the engine dead.
+exception would mark the engine dead. While `paused()` says so (the backend's own warm-up request, before the
+model is ready) records are left out: no client sent that request.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from .errors import MetricErrors
@@ -28,11 +30,14 @@ def _metric_attributes(classes: dict[Kind, type]) -> dict[str, type]:
             "_histogram_cls": classes[Kind.HISTOGRAM]}
 
 
-def _guarded(base: type, method: str, registry: InstanceRegistry, errors: MetricErrors | None) -> Any:
+def _guarded(base: type, method: str, registry: InstanceRegistry, errors: MetricErrors | None,
+             paused: Callable[[], bool]) -> Any:
     original = getattr(base, method)
 
     def call(self: Any, *args: Any, **kwargs: Any) -> None:
         if method == "record":
+            if paused():
+                return
             registry.last_record = time.monotonic()
         try:
             original(self, *args, **kwargs)
@@ -45,7 +50,8 @@ def _guarded(base: type, method: str, registry: InstanceRegistry, errors: Metric
     return call
 
 
-def stat_logger_class(registry: InstanceRegistry, errors: MetricErrors | None = None) -> type:
+def stat_logger_class(registry: InstanceRegistry, errors: MetricErrors | None = None,
+                      paused: Callable[[], bool] = lambda: False) -> type:
     """A PrometheusStatLogger subclass writing into `registry`; vLLM instantiates it (it is a factory by type).
 
     Being a PrometheusStatLogger subclass also tells vLLM not to add its own Prometheus logger.
@@ -60,5 +66,5 @@ def stat_logger_class(registry: InstanceRegistry, errors: MetricErrors | None = 
             attributes[helper] = type(base.__name__, (base,), dict(metric_classes))
     for method in _GUARDED:
         if hasattr(PrometheusStatLogger, method):
-            attributes[method] = _guarded(PrometheusStatLogger, method, registry, errors)
+            attributes[method] = _guarded(PrometheusStatLogger, method, registry, errors, paused)
     return type("TritonStatLogger", (PrometheusStatLogger,), attributes)

@@ -13,8 +13,9 @@ lifecycle tests; short health timeouts so that each fault resolves in seconds:
   h_restart, h_unload, h_fail   health monitor on with that recovery policy
   h_off                         health monitor off (the official backend's behaviour)
   life, short_drain             no health monitor; short_drain has UNLOAD_DRAIN_TIMEOUT_S 1
-The fault tests (test_health.py) run first; the lifecycle tests (test_lifecycle.py) then load their own two models
-through the repository API (by then the fault tests have unloaded or killed two engines: the memory they need).
+It starts with an empty torch compile cache (`cold_compile_cache`). The fault tests (test_health.py) run first;
+the lifecycle tests (test_lifecycle.py) then load their own two models through the repository API (by then the
+fault tests have unloaded or killed two engines: the memory they need).
 """
 
 from __future__ import annotations
@@ -59,7 +60,14 @@ def server(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def explicit_server(tmp_path_factory):
-    with explicit_mode_server(tmp_path_factory.mktemp("explicit_repository"), EXPLICIT_MODELS,
-                              EXPLICIT_STARTUP) as triton:
+def cold_compile_cache(tmp_path_factory):
+    """An empty torch compile cache: the explicit server's engines build vLLM's logprobs kernel from scratch, as on
+    a machine that never ran vLLM (test_health.py checks that this cannot stall a request)."""
+    return tmp_path_factory.mktemp("cold_compile_cache")
+
+
+@pytest.fixture(scope="session")
+def explicit_server(tmp_path_factory, cold_compile_cache):
+    with explicit_mode_server(tmp_path_factory.mktemp("explicit_repository"), EXPLICIT_MODELS, EXPLICIT_STARTUP,
+                              env={"TORCHINDUCTOR_CACHE_DIR": str(cold_compile_cache)}) as triton:
         yield triton

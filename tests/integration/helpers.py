@@ -37,13 +37,14 @@ def write_model(repo: Path, name: str, engine: dict[str, Any] | str | None = Non
 
 
 @contextmanager
-def explicit_mode_server(repo: Path, models: dict[str, dict[str, str]], startup: list[str]) -> Iterator[Any]:
+def explicit_mode_server(repo: Path, models: dict[str, dict[str, str]], startup: list[str],
+                         env: dict[str, str] | None = None) -> Iterator[Any]:
     """A server in explicit model-control mode (repository API, unload recovery) with these models in its
     repository, `startup` of them loaded (the others are loaded through the repository API when needed)."""
     for name, params in models.items():
         write_model(repo, name, params=params)
     args = ["--model-control-mode=explicit", *(f"--load-model={name}" for name in startup)]
-    with TritonServer(repo, env=server_env(), extra_args=args) as triton:
+    with TritonServer(repo, env={**server_env(), **(env or {})}, extra_args=args) as triton:
         triton.wait_ready(timeout=900, models=startup)
         yield triton
 

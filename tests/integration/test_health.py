@@ -13,8 +13,8 @@ import threading
 import time
 
 import requests
-from conftest import FAST_HEALTH
-from helpers import engine_of, generate, scrape, stub_of, value, wait_until
+from conftest import EXPLICIT_STARTUP, FAST_HEALTH
+from helpers import engine_of, generate, scrape, snapshot, stub_of, value, wait_until
 from prometheus_server import Prometheus, generated_rules
 
 from observability.promql import error_ratio
@@ -82,6 +82,30 @@ def metric(server, name: str, model: str, **labels: str) -> float:
 
 def model_ready(server, model: str) -> bool:
     return requests.get(f"{server.http_url}/v2/models/{model}/ready", timeout=5).status_code == 200
+
+
+# -- a cold start -----------------------------------------------------------------------------------
+def test_an_empty_compile_cache_cannot_stall_the_first_logprobs_request(explicit_server, cold_compile_cache):
+    """vLLM builds its logprobs kernel (torch.compile, a C++ compiler on CPU) on the first request that asks for
+    logprobs: 7 s or more on an empty cache, during which the engine makes no step — past these models' 3-s stall
+    timeout, so the monitor used to restart the engine under the request (and throw the kernel away). The backend
+    now serves a warm-up request with logprobs at load; it is not counted as traffic."""
+    families = snapshot(explicit_server)  # before anything asked these models for anything
+    for model in EXPLICIT_STARTUP:
+        assert value(families, names.VLLM_REQUEST_SUCCESS, model=model) == 0
+        assert value(families, names.VLLM_PROMPT_TOKENS, model=model) == 0
+    assert any(cold_compile_cache.iterdir()), "the server's engines compiled nothing into the empty cache"
+    assert explicit_server.log_text().count("engine warm-up: one request with logprobs served in") == len(
+        EXPLICIT_STARTUP)
+
+    status, body = generate(explicit_server, "h_restart", {"text_input": "Hi", "return_logprobs": True, "parameters": {
+        "max_tokens": 4, "ignore_eos": True, "logprobs": 2}})
+    assert status == 200, body
+    assert len(json.loads(body["logprobs"])) == 4
+    families = snapshot(explicit_server)
+    assert value(families, names.ENGINE_RESTARTS, model="h_restart") == 0
+    assert value(families, names.ENGINE_HEALTHY, model="h_restart") == 1
+    assert value(families, names.VLLM_REQUEST_SUCCESS, model="h_restart") == 1
 
 
 # -- the faults ----------------------------------------------------------------------------------------
