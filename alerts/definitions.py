@@ -109,8 +109,9 @@ def alerts(config: Config) -> list[Alert]:
                 "Engine of {{ $labels.model_instance }} ({{ $labels.model }}) on {{ $labels.instance }} has been "
                 "unhealthy for " + config.unhealthy_for + ": requests fail with UNAVAILABLE."),
             meaning=(
-                "The health monitor found the engine dead, hung (no progress with requests in flight) or not "
-                "answering its probes. Requests to this model instance fail fast until it recovers."),
+                "The health monitor found the engine dead, hung (no progress with requests in flight for "
+                "HEALTH_STALL_TIMEOUT_S) or, while idle, not answering its probes. Requests to this model instance "
+                "fail fast until it recovers."),
             check=(
                 "Triton's log for `[vllm] engine health:` lines (they give the cause); "
                 f"{names.ENGINE_RESTARTS}; the EngineCore and worker processes (`ps -ef | grep VLLM`); "

@@ -1,4 +1,10 @@
-"""The health state machine: observations in, state transitions (with their cause) out. Pure logic."""
+"""The health state machine: observations in, state transitions (with their cause) out. Pure logic.
+
+The EngineCore answers a probe between engine steps, so a probe sent while requests run waits behind the running
+step. One that times out then says "a long step" (seconds per step are normal for a large model on CPU, or while a
+kernel is being compiled), not "a hung engine": it degrades, and how long a step may take is the stall watchdog's
+call (HEALTH_STALL_TIMEOUT_S). Only probes of an idle engine count towards HEALTH_FAILURE_THRESHOLD.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +23,7 @@ class Observation:
     busy_since: float | None = None  # when requests last went from none to some in flight
     probe_latency: float | None = None  # a probe finished this tick, in this many seconds
     probe_error: str | None = None  # a probe failed this tick, with this reason
+    probe_timed_out: bool = False  # ... because it got no answer in time (not an error from the engine)
 
 
 @dataclass(frozen=True)
@@ -52,6 +59,11 @@ class HealthEvaluator:
             return self._move(HealthState.UNHEALTHY, f"no engine progress for {stalled:.1f} s with {obs.inflight} "
                                                      f"request(s) in flight (HEALTH_STALL_TIMEOUT_S="
                                                      f"{self.settings.stall_timeout_s:g})")
+        if obs.probe_error is not None and obs.probe_timed_out and obs.inflight > 0:
+            if self.state is HealthState.HEALTHY:
+                return self._move(HealthState.DEGRADED, f"engine probe waited behind a long engine step "
+                                                        f"({obs.probe_error}, {obs.inflight} request(s) in flight)")
+            return None
         if obs.probe_error is not None:
             self.consecutive_failures += 1
             if self.consecutive_failures >= self.settings.failure_threshold:

@@ -97,10 +97,10 @@ class HealthMonitor:
         if inflight and not self._was_busy:
             self._busy_since = now
         self._was_busy = inflight > 0
-        latency, error = self._probe_result(now)
+        latency, error, timed_out = self._probe_result(now)
         observation = Observation(now=now, dead=self._engine.dead_reason(), inflight=inflight,
                                   last_step=self._heartbeat.last_step, busy_since=self._busy_since,
-                                  probe_latency=latency, probe_error=error)
+                                  probe_latency=latency, probe_error=error, probe_timed_out=timed_out)
         if latency is not None and self._report is not None:
             self._report.probe_latency(latency)
         transition = self.evaluator.evaluate(observation)
@@ -110,26 +110,27 @@ class HealthMonitor:
             self._try_to_recover()
         self._publish(observation)
 
-    def _probe_result(self, now: float) -> tuple[float | None, str | None]:
-        """Start a probe when due; report one that finished or timed out."""
+    def _probe_result(self, now: float) -> tuple[float | None, str | None, bool]:
+        """Start a probe when due; report one that finished or failed: (latency, error, whether it timed out)."""
         if self._probe is None:
             if now >= self._next_probe and self._engine.running() and not self._finished:
                 self._probe = (now, self._engine.start_probe(self.settings.probe_timeout_s))
-            return None, None
+            return None, None, False
         started, future = self._probe
         if future.done():
             self._probe = None
             self._next_probe = now + self.settings.check_interval_s
             exc = future.exception()
             if exc is None:
-                return future.result(), None
-            return None, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                return future.result(), None, False
+            return None, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__, isinstance(
+                exc, TimeoutError)
         if now - started > self.settings.probe_timeout_s:
             future.cancel()
             self._probe = None
             self._next_probe = now + self.settings.check_interval_s
-            return None, f"no answer within {self.settings.probe_timeout_s:g} s (HEALTH_PROBE_TIMEOUT_S)"
-        return None, None
+            return None, f"no answer within {self.settings.probe_timeout_s:g} s (HEALTH_PROBE_TIMEOUT_S)", True
+        return None, None, False
 
     # -- transitions and recovery -----------------------------------------------------------------
     def _on_transition(self, transition: Transition) -> None:

@@ -33,7 +33,8 @@ FAST_HEALTH = {"ENABLE_VLLM_HEALTH_CHECK": "true", "REPORT_CUSTOM_METRICS": "tru
                "HEALTH_RESTART_MAX_ATTEMPTS": "2"}
 EXPLICIT_MODELS = {
     "h_restart": {**FAST_HEALTH, "HEALTH_RECOVERY": "restart"},
-    "h_unload": {**FAST_HEALTH, "HEALTH_RECOVERY": "unload"},
+    # A longer stall timeout: test_health.py plays a 4-s engine step on it, which must not read as a hang.
+    "h_unload": {**FAST_HEALTH, "HEALTH_RECOVERY": "unload", "HEALTH_STALL_TIMEOUT_S": "10"},
     "h_fail": {**FAST_HEALTH, "HEALTH_RECOVERY": "fail"},
     "h_off": METRICS_ON,
     "life": {},

@@ -146,6 +146,28 @@ def test_sigkill_enginecore_under_load_with_restart(explicit_server, tmp_path):
     assert "engine restarted in place" in explicit_server.log_text()
 
 
+def test_a_long_engine_step_is_no_hang(explicit_server):
+    """A step of seconds (a large model's prefill on CPU, a kernel being compiled), played by stopping the worker for
+    4 s under load: the probes (1-s timeout, two failures would do) wait behind it, the model degrades, yet no request
+    fails and nothing unloads; what bounds a step is the stall timeout (10 s on this model)."""
+    model = "h_unload"
+    streams = start_load(explicit_server, model)
+    _, worker = engine_processes(explicit_server, model)
+    os.kill(worker, signal.SIGSTOP)
+    try:
+        wait_until(lambda: "engine probe waited behind a long engine step" in explicit_server.log_text(), timeout=4)
+        time.sleep(4 - float(FAST_HEALTH["HEALTH_PROBE_TIMEOUT_S"]))
+    finally:
+        os.kill(worker, signal.SIGCONT)
+        resumed = time.monotonic()
+    for s in streams:
+        s.join(120)
+        assert s.error is None, s.error
+        assert s.events[-1][0] > resumed and len(s.events) > 100, s.events[-1:]  # it ran on to the end
+    wait_until(lambda: metric(explicit_server, names.ENGINE_HEALTHY, model) == 1, timeout=10)
+    assert model_ready(explicit_server, model) and metric(explicit_server, names.ENGINE_RESTARTS, model) == 0
+
+
 def test_sigkill_worker_under_load_with_unload(explicit_server):
     model = "h_unload"
     streams = start_load(explicit_server, model)

@@ -62,6 +62,30 @@ def test_probe_failures_degrade_then_fail_and_a_probe_alone_does_not_recover():
     assert evaluator.consecutive_failures == 0
 
 
+def test_a_probe_that_waits_behind_a_running_step_degrades_and_the_stall_watchdog_decides():
+    """With requests in flight the EngineCore answers the probe only after its current step: a timeout then means
+    a long step, not a hang, however many in a row; an idle engine's timeouts and any engine error still count."""
+    evaluator = HealthEvaluator(SETTINGS)
+    busy = {"inflight": 2, "busy_since": 0.5, "probe_error": "no answer within 1 s", "probe_timed_out": True}
+    transition = evaluator.evaluate(Observation(now=1, last_step=0.9, **busy))
+    assert transition.state is HealthState.DEGRADED and "waited behind a long engine step" in transition.cause
+    assert evaluator.evaluate(Observation(now=2, last_step=0.9, **busy)) is None
+    assert evaluator.evaluate(Observation(now=3, last_step=0.9, **busy)) is None and evaluator.consecutive_failures == 0
+    assert evaluator.evaluate(Observation(now=3.5, inflight=2, last_step=3.4, probe_latency=0.2)).state is (
+        HealthState.HEALTHY)  # the step ended and the probe was answered
+    transition = evaluator.evaluate(Observation(now=7, last_step=3.4, **busy))  # past the 3-s stall timeout
+    assert transition.state is HealthState.UNHEALTHY and "no engine progress for 3.6 s" in transition.cause
+
+    idle = HealthEvaluator(SETTINGS)
+    for now in (1, 2):
+        transition = idle.evaluate(Observation(now=now, probe_error="no answer within 1 s", probe_timed_out=True))
+    assert transition.state is HealthState.UNHEALTHY and "2 consecutive engine probes failed" in transition.cause
+    errors = HealthEvaluator(SETTINGS)  # busy, but the engine answered with an error: that is no long step
+    for now in (1, 2):
+        transition = errors.evaluate(Observation(now=now, inflight=2, last_step=now, probe_error="EngineDeadError"))
+    assert transition.state is HealthState.UNHEALTHY
+
+
 def test_slow_probe_is_degraded_and_a_fast_one_heals():
     evaluator = HealthEvaluator(SETTINGS)
     assert evaluator.evaluate(Observation(now=1, probe_latency=1.5)).state is HealthState.DEGRADED

@@ -59,9 +59,10 @@ class FakeRequests:
     def __init__(self) -> None:
         self.refusal: list[Exception | None] = []
         self.failed: list[Exception] = []
+        self.inflight = 0
 
     def inflight_count(self) -> int:
-        return 0
+        return self.inflight
 
     def refuse_new_requests(self, error: Exception | None) -> None:
         self.refusal.append(error)
@@ -135,6 +136,19 @@ def test_a_probe_that_never_answers_times_out_degrades_then_fails():
     assert len(unanswered) >= 2 and all(p.cancelled() for p in unanswered[:-1])  # timed out probes are cancelled
     assert isinstance(requests.refusal[-1], EngineUnavailable) and isinstance(requests.failed[-1], EngineUnavailable)
     assert engine.restarts == []  # `fail` never restarts
+
+
+def test_probes_that_wait_behind_a_long_step_leave_it_to_the_stall_watchdog():
+    """Requests in flight, no step and no probe answer for several probe timeouts: degraded, not unhealthy, until
+    HEALTH_STALL_TIMEOUT_S; then the stall fails the requests."""
+    m, engine, requests, report, log = monitor(Recovery.FAIL, stall_timeout_s=0.4)
+    requests.inflight, engine.hung = 3, True
+    tick_for(m, 0.3)  # six probe timeouts
+    assert report.states == [HealthState.HEALTHY, HealthState.DEGRADED] and requests.failed == []
+    assert any("engine probe waited behind a long engine step" in line for line in log.lines), log.lines
+    tick_for(m, 0.2)
+    assert report.states == [HealthState.HEALTHY, HealthState.DEGRADED, HealthState.UNHEALTHY]
+    assert "no engine progress" in str(requests.failed[-1])
 
 
 def test_fail_recovers_when_the_engine_generates_again():
