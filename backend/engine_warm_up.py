@@ -13,8 +13,9 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-# Token ids, not text: valid for every vocabulary and needing no tokenizer (skip_tokenizer_init works too).
-WARM_UP_PROMPT = (0, 1)
+# One token id, not text: valid for every vocabulary, needing no tokenizer (skip_tokenizer_init works too) and
+# fitting any max_model_len that can generate at all. Prompt logprobs use the same kernel: no need to ask for them.
+WARM_UP_PROMPT = (0,)
 REQUEST_ID_PREFIX = "warm-up-"
 
 
@@ -25,9 +26,9 @@ def needs_warm_up(engine: Any, supported_tasks: tuple[str, ...]) -> bool:
 
 
 def warm_up_request() -> tuple[Any, Any, str]:
-    """(prompt, sampling parameters, request id): one token, with the sampled and the prompt tokens' logprobs."""
+    """(prompt, sampling parameters, request id): one token, with its logprobs."""
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
-    params = SamplingParams(max_tokens=1, logprobs=1, prompt_logprobs=1, detokenize=False)
+    params = SamplingParams(max_tokens=1, logprobs=1, detokenize=False)
     return TokensPrompt(prompt_token_ids=list(WARM_UP_PROMPT)), params, f"{REQUEST_ID_PREFIX}{uuid.uuid4().hex}"

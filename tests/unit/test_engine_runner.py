@@ -143,8 +143,8 @@ def test_a_new_engine_serves_one_warm_up_request_with_logprobs_before_it_is_anyo
         engine = runner.built[0]
         prompt, params, request_id = engine.last_generate
         assert seen_before_ready == [None] and runner.engine is engine
-        assert prompt == {"prompt_token_ids": [0, 1]} and request_id.startswith("warm-up-")
-        assert (params.max_tokens, params.logprobs, params.prompt_logprobs) == (1, 1, 1)
+        assert prompt == {"prompt_token_ids": [0]} and request_id.startswith("warm-up-")
+        assert (params.max_tokens, params.logprobs) == (1, 1)
         assert engine.warming_up_seen == [True] and runner.warming_up is False  # the metrics' pause is over
         assert engine.trace_headers == {"traceparent": "unsampled"}  # vLLM traces no request nobody sent
         assert any(line.startswith("engine warm-up: one request with logprobs served in") for line in runner.logged)
