@@ -41,8 +41,9 @@ class EngineRunner:
         # vLLM's trace_headers for the backend's own requests (warm-up, health probe): "not sampled" when vLLM
         # traces, so that no client-less trace appears.
         self._own_trace_headers = own_trace_headers
-        # True while a new engine serves its warm-up request: the metrics leave that request out.
-        self.warming_up = False
+        # True while the engine serves a request of the backend's own (a warm-up, a recovery check), when no client
+        # request runs beside it: the metrics leave it out.
+        self.serving_own_request = False
         # The backend's own requests (warm-up, health probe) in flight: a shutdown cancels them.
         self._own_requests: set[concurrent.futures.Future[None]] = set()
         self.loop = asyncio.new_event_loop()
@@ -124,13 +125,9 @@ class EngineRunner:
             return
         prompt, params, request_id = warm_up_request()
         start = time.monotonic()
-        self.warming_up = True
-        try:
-            self._serve_one(engine, lambda: engine.generate(prompt, params, request_id,
-                                                            trace_headers=self._own_trace_headers),
-                            request_id, self._start_timeout_s)
-        finally:
-            self.warming_up = False
+        self._serve_one(engine, lambda: engine.generate(prompt, params, request_id,
+                                                        trace_headers=self._own_trace_headers),
+                        request_id, self._start_timeout_s)
         self._log_info(f"engine warm-up: one request with logprobs served in {time.monotonic() - start:.1f} s "
                        "(vLLM builds its logprobs kernel on first use; the compile cache makes later starts faster)")
 
@@ -193,7 +190,9 @@ class EngineRunner:
 
     def _serve_one(self, engine: Any, outputs: Callable[[], AsyncIterator[Any]], request_id: str,
                    timeout_s: float) -> None:
-        """Run one request of the backend's own to its end on the loop; abort it in the engine if it fails."""
+        """Run one request of the backend's own to its end on the loop; abort it in the engine if it fails.
+
+        Only while no client request runs (a new engine nobody has yet, an unhealthy one that refuses requests)."""
         async def consume() -> None:
             async for _ in outputs():
                 pass
@@ -205,6 +204,7 @@ class EngineRunner:
                 await engine.abort(request_id)
                 raise
 
+        self.serving_own_request = True
         future = self.submit(bounded())
         with self._lock:
             self._own_requests.add(future)
@@ -213,6 +213,7 @@ class EngineRunner:
         finally:
             with self._lock:
                 self._own_requests.discard(future)
+            self.serving_own_request = False
 
     def shutdown(self) -> None:
         """Shut every engine down — the current one and one still starting — then stop the loop."""

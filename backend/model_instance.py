@@ -64,7 +64,11 @@ class ModelInstance:
         self.lora = LoraRegistry.load(model_dir, engine_config)
         self.metrics = self._metrics_exporter(args, engine_config)
         self.heartbeat = Heartbeat()
-        stat_loggers = [*(self.metrics.stat_loggers(paused=lambda: self.runner.warming_up) if self.metrics else []),
+
+        def own_request() -> bool:  # read by vLLM's logger once the runner exists
+            return self.runner.serving_own_request
+
+        stat_loggers = [*(self.metrics.stat_loggers(paused=own_request) if self.metrics else []),
                         *([self.heartbeat.logger_class()] if self.health_settings.enabled else [])]
         self.tracer = self._tracer(args, engine_config)
         self.runner = EngineRunner(build_engine_args(engine_config), stat_loggers, log_info=self.log.info,

@@ -59,7 +59,7 @@ class MetricsExporter:
         return True
 
     def stat_loggers(self, paused: Callable[[], bool]) -> list[type]:
-        """vLLM's logger for this instance; it records nothing while `paused()` (the engine's warm-up)."""
+        """vLLM's logger for this instance; it records nothing while `paused()` (the backend's own requests)."""
         return [stat_logger_class(self.registry, self.errors, paused)]
 
     def start(self, info: BackendInfo, inflight_count: Callable[[], int]) -> None:

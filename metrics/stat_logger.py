@@ -6,8 +6,9 @@ KV-connector and perf helpers' families — is created through these classes, so
 families appear without code changes, with vLLM's names, labels and buckets.
 
 Every call vLLM makes into the logger is guarded: vLLM runs `record()` inside its output handler, where an
-exception would mark the engine dead. While `paused()` says so (the backend's own warm-up request, before the
-model is ready) records are left out: no client sent that request.
+exception would mark the engine dead. While `paused()` says so (a request of the backend's own — the warm-up of
+a new engine, the check that an unhealthy one generates again — with no client request beside it) records are
+left out: no client sent that request.
 """
 
 from __future__ import annotations

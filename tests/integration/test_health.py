@@ -202,6 +202,8 @@ def test_sigstop_enginecore_is_detected_and_sigcont_recovers_under_fail(explicit
     status, body = generate(explicit_server, model, {"text_input": "Hi", "parameters": {"max_tokens": 2}})
     assert status == 200, body
     assert "engine health: healthy — the engine generates again" in explicit_server.log_text()
+    # the failed streams were aborted; the monitor's own one-token checks are no client's requests
+    assert value(snapshot(explicit_server), names.VLLM_REQUEST_SUCCESS, model=model) == 1
 
 
 def test_a_wedged_stub_goes_stale_and_pages_as_stalled(explicit_server, tmp_path):

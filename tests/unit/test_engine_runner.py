@@ -18,7 +18,7 @@ class FakeEngine:
         self.tasks, self.requests, self.aborted = tasks, [], []
         self.model_config = SimpleNamespace(max_logprobs=max_logprobs)
         self.runner, self.step_s, self.fail = runner, step_s, fail
-        self.warming_up_seen: list[bool] = []
+        self.own_request_seen: list[bool] = []
 
     def _run_output_handler(self):
         pass
@@ -28,7 +28,7 @@ class FakeEngine:
 
     async def generate(self, prompt, params, request_id, trace_headers=None):
         self.requests.append(("generate", type(params).__name__))
-        self.warming_up_seen.append(self.runner.warming_up if self.runner else None)
+        self.own_request_seen.append(self.runner.serving_own_request if self.runner else None)
         self.last_generate = (prompt, params, request_id)
         self.trace_headers = trace_headers
         await asyncio.sleep(self.step_s)
@@ -126,7 +126,7 @@ def test_the_real_request_check_uses_what_the_model_can_do(tasks, used):
     try:
         assert runner.supported_tasks == tasks
         runner.generate_one_token(timeout_s=5)
-        assert runner.built[0].requests[-1] == used
+        assert runner.built[0].requests[-1] == used and runner.serving_own_request is False
     finally:
         runner.shutdown()
 
@@ -145,11 +145,11 @@ def test_a_new_engine_serves_one_warm_up_request_with_logprobs_before_it_is_anyo
         assert seen_before_ready == [None] and runner.engine is engine
         assert prompt == {"prompt_token_ids": [0]} and request_id.startswith("warm-up-")
         assert (params.max_tokens, params.logprobs) == (1, 1)
-        assert engine.warming_up_seen == [True] and runner.warming_up is False  # the metrics' pause is over
+        assert engine.own_request_seen == [True] and runner.serving_own_request is False  # the metrics' pause is over
         assert engine.trace_headers == {"traceparent": "unsampled"}  # vLLM traces no request nobody sent
         assert any(line.startswith("engine warm-up: one request with logprobs served in") for line in runner.logged)
         runner.restart()  # a restarted engine warms up too
-        assert runner.built[1].warming_up_seen == [True] and runner.engine is runner.built[1]
+        assert runner.built[1].own_request_seen == [True] and runner.engine is runner.built[1]
     finally:
         runner.shutdown()
 

@@ -184,20 +184,20 @@ def test_the_official_backends_inter_token_latency_name_gets_the_same_observatio
 
 
 def test_records_while_paused_are_left_out():
-    """The backend's warm-up request runs before the model is ready: no client sent it, so it is not counted."""
+    """The backend's own requests (a new engine's warm-up) run when no client's do: they are not counted."""
     from vllm.v1.metrics.stats import IterationStats
 
     from vllm_triton_observable.metrics.catalogue import BASE_ENGINE, vllm_config
     from vllm_triton_observable.metrics.stat_logger import stat_logger_class
 
     registry, errors, publisher, logged = setup()
-    warming_up = [True]
-    logger = stat_logger_class(registry, errors, paused=lambda: warming_up[0])(vllm_config(BASE_ENGINE), [0])
+    own_request = [True]
+    logger = stat_logger_class(registry, errors, paused=lambda: own_request[0])(vllm_config(BASE_ENGINE), [0])
     stats = IterationStats()
     stats.num_generation_tokens = 5
     logger.record(None, stats)
     assert registry.last_record is None
-    warming_up[0] = False
+    own_request[0] = False
     logger.record(None, stats)
     publisher.flush()
     assert value(f"{names.VLLM_GENERATION_TOKENS}") == 5 and registry.last_record is not None and not logged
