@@ -9,11 +9,15 @@ drift, and whatever the configuration before leaves behind, hits each one from b
   c  metrics on (REPORT_CUSTOM_METRICS), gRPC streaming
   d  metrics and the health monitor on, gRPC streaming
   e  metrics on, and every request traced (Triton, this backend and vLLM export OTLP spans to a sink)
-b, c, d are three models of one tritonserver and h is c's model over HTTP; e is the same model as c on a second
-tritonserver started with OpenTelemetry tracing (rate 1), so the untraced ones build no tracer at all. A model is
-idle while another is measured, and each measurement starts after a short settle (vLLM's workers busy-poll for a
-second after work). Per round it also records the CPU seconds of every process involved, by role (client, API
-server or stub, tritonserver, EngineCore, worker), per token.
+  f  e's model, requests not traced: e's partner for tracing_on_over_off
+b, c, d are three models of one tritonserver and h is c's model over HTTP. e and f run on a second tritonserver
+in OpenTelemetry mode with `rate=0`, which traces exactly the requests that carry a W3C `traceparent`: e sends a
+new one with every request, f none. So tracing is measured on one engine, one model and one server, traced and
+not, round by round (two servers of the same configuration differ by up to ± 3 % in a long run: their engines do
+not run alike), and b, c, d build no tracer at all. A model is idle while another is measured, and each
+measurement starts after a short settle (vLLM's workers busy-poll for a second after work). Per round it also
+records the CPU seconds of every process involved, by role (client, API server or stub, tritonserver, EngineCore,
+worker), per token.
 Prints a table and writes JSON (default .bench/latest.json). Options: see --help (or BENCH_ARGS for make).
 """
 
@@ -54,9 +58,10 @@ CONFIGS = {  # key: (label, the Triton model's config.pbtxt parameters, or None 
     "c": ("Triton, metrics on", {"REPORT_CUSTOM_METRICS": "true"}),
     "d": ("Triton, metrics + health", {"REPORT_CUSTOM_METRICS": "true", "ENABLE_VLLM_HEALTH_CHECK": "true"}),
     "e": ("Triton, metrics + tracing", {"REPORT_CUSTOM_METRICS": "true"}),
+    "f": ("Triton, metrics, untraced beside e", None),  # model bench_e, no traceparent
 }
-TRACED = {"e"}  # served by the tritonserver that traces every request
-SAME_MODEL = {"h": "c"}  # configurations that measure another's model through a different client
+TRACED = {"e", "f"}  # served by the tritonserver in OpenTelemetry mode
+SAME_MODEL = {"h": "c", "f": "e"}  # configurations that measure another's model (another client, or untraced)
 PROMPT = "Benchmark request {i}: the quick brown fox jumps over the lazy dog while the server streams tokens."
 
 
@@ -213,8 +218,13 @@ async def direct_round(engine, concurrency: int, tokens: int) -> Run:
     return run
 
 
+def traceparent() -> dict[str, str]:
+    """A new sampled W3C trace context: Triton in OpenTelemetry mode traces the request that carries it."""
+    return {"traceparent": f"00-{uuid.uuid4().hex}-{uuid.uuid4().hex[:16]}-01"}
+
+
 async def triton_round(server: TritonServer, model: str, concurrency: int, tokens: int,
-                       scrape: bool, run: Run | None = None) -> Run:
+                       scrape: bool, run: Run | None = None, traced: bool = False) -> Run:
     import tritonclient.grpc as grpcclient
     import tritonclient.grpc.aio as aioclient
 
@@ -241,7 +251,7 @@ async def triton_round(server: TritonServer, model: str, concurrency: int, token
         timer = StreamTimer(run)
         # Read to the stream's end (the server closes it after the final response): a client that cancels
         # between the two trips tritonserver 2.51's gRPC frontend into keeping the model loaded for good.
-        async for result, error in client.stream_infer(request()):
+        async for result, error in client.stream_infer(request(), headers=traceparent() if traced else None):
             if error is not None:
                 run.errors += 1
                 continue
@@ -269,17 +279,19 @@ async def triton_round(server: TritonServer, model: str, concurrency: int, token
     return run
 
 
-async def sse_round(url: str, body: Any, tokens_in: Any, concurrency: int, run: Run | None = None) -> Run:
+async def sse_round(url: str, body: Any, tokens_in: Any, concurrency: int, run: Run | None = None,
+                    traced: bool = False) -> Run:
     """Streams over HTTP server-sent events with one aiohttp session (connections kept alive, as a real client
     would): `body(i)` is request i's JSON, `tokens_in(event, state)` the new tokens one event carries. `run`:
-    where to count (a fresh Run by default; the profiler reads one while it fills)."""
+    where to count (a fresh Run by default; the profiler reads one while it fills); `traced`: each request with a
+    new `traceparent`."""
     import aiohttp
 
     run = run or Run()
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
         async def one(i: int) -> None:
             timer, state = StreamTimer(run), {}
-            async with session.post(url, json=body(i)) as response:
+            async with session.post(url, json=body(i), headers=traceparent() if traced else None) as response:
                 if response.status != 200:
                     run.errors += 1
                     return
@@ -295,13 +307,13 @@ async def sse_round(url: str, body: Any, tokens_in: Any, concurrency: int, run: 
 
 
 def triton_http_round(server: TritonServer, model: str, concurrency: int, tokens: int,
-                      run: Run | None = None) -> Any:
+                      run: Run | None = None, traced: bool = False) -> Any:
     def body(i: int) -> dict:
         return {"text_input": PROMPT.format(i=i), "return_num_output_tokens": True,
                 "parameters": {"max_tokens": tokens, "ignore_eos": True, "temperature": 0, "stream": True}}
 
     return sse_round(f"{server.http_url}/v2/models/{model}/generate_stream", body,
-                     lambda event, _: int(event.get("num_output_tokens", 0)), concurrency, run)
+                     lambda event, _: int(event.get("num_output_tokens", 0)), concurrency, run, traced)
 
 
 def vllm_serve_round(server: VllmServe, concurrency: int, tokens: int) -> Any:
@@ -454,6 +466,19 @@ def spans_dropped(server: TritonServer) -> float:
                if sample.name == names.TRACE_SPANS_DROPPED)
 
 
+def trace_exports(sink_url: str, wait_s: float = 10.0) -> dict[str, int]:
+    """OTLP exports the sink received, by content type, once both Triton's (JSON) and the SDK's (protobuf) are
+    in (their batch processors post every 0.5–5 s) or `wait_s` has passed."""
+    import requests
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        exports = requests.get(sink_url.rsplit("/v1/", 1)[0], timeout=10).json()
+        if {"application/json", "application/x-protobuf"} <= set(exports) or time.monotonic() > deadline:
+            return exports
+        time.sleep(0.5)
+
+
 def server_of(key: str) -> str:
     return "vllm" if key == "v" else "traced" if key in TRACED else "plain"
 
@@ -491,9 +516,10 @@ def engine_args(text: str) -> dict[str, Any]:
 
 
 def tracing_args(sink_url: str) -> list[str]:
-    """tritonserver's flags for tracing every request in OpenTelemetry mode, exported to `sink_url`."""
+    """tritonserver's flags for OpenTelemetry mode, exported to `sink_url`: `rate=0` traces exactly the requests
+    that carry a `traceparent` (the clients' `traced=True`)."""
     return ["--trace-config", "mode=opentelemetry", "--trace-config", f"opentelemetry,url={sink_url}",
-            "--trace-config", "rate=1", "--trace-config", "level=TIMESTAMPS"]
+            "--trace-config", "rate=0", "--trace-config", "level=TIMESTAMPS"]
 
 
 def start_sink() -> tuple[subprocess.Popen, str]:
@@ -576,8 +602,8 @@ def measure(key: str, concurrency: int, tokens: int, servers: dict[str, Any], en
         run = loop.run_until_complete(triton_http_round(servers["plain"], f"bench_{model_of(key)}", concurrency,
                                                         tokens))
     else:
-        run = loop.run_until_complete(triton_round(servers[server_of(key)], f"bench_{key}", concurrency, tokens,
-                                                   scrape=key in ("c", "d", "e")))
+        run = loop.run_until_complete(triton_round(servers[server_of(key)], f"bench_{model_of(key)}", concurrency,
+                                                   tokens, scrape=key in ("c", "d", "e", "f"), traced=key == "e"))
     sampler.stop.set()
     sampler.join()
     run.peak_rss_mib = sampler.peak
@@ -585,7 +611,7 @@ def measure(key: str, concurrency: int, tokens: int, servers: dict[str, Any], en
     return run
 
 
-ON_OFF = {"metrics_on_over_off": ("c", "b"), "health_on_over_off": ("d", "c"), "tracing_on_over_off": ("e", "c")}
+ON_OFF = {"metrics_on_over_off": ("c", "b"), "health_on_over_off": ("d", "c"), "tracing_on_over_off": ("e", "f")}
 SERVING = {"triton_http_over_vllm_serve": ("h", "v"), "triton_grpc_over_vllm_serve": ("c", "v"),
            "triton_over_direct": ("b", "a")}
 
@@ -666,7 +692,7 @@ def main(argv: list[str]) -> int:
     levels = [int(c) for c in args.sweep.split(",") if c] or [args.concurrency]
 
     runs: dict[int, dict[str, list[Run]]] = {level: {c: [] for c in configs} for level in levels}
-    sink, sink_url = None, ""
+    sink, sink_url, exports = None, "", None
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         repositories = write_repositories(Path(tmp), configs)
         servers: dict[str, Any] = {}
@@ -697,6 +723,7 @@ def main(argv: list[str]) -> int:
             if engine is not None:
                 loop.run_until_complete(stop_direct(engine))
             dropped = spans_dropped(servers["traced"]) if "traced" in servers else None
+            exports = trace_exports(sink_url) if "e" in configs else None
         finally:
             loop.close()
             for name, server in servers.items():
@@ -712,7 +739,7 @@ def main(argv: list[str]) -> int:
     ratios = ratios_of(results)
     report = {"ratios": ratios, "paired_ratios": paired_ratios_of(results),
               "configs": {k: CONFIGS[k][0] for k in configs}, "results": results,
-              "trace_spans_dropped": dropped,
+              "trace_spans_dropped": dropped, "trace_exports": exports,
               "workload": {"concurrency": levels[-1], "tokens": args.tokens, "rounds": args.rounds,
                            "warmup": args.warmup, "prompt": PROMPT, "engine": ENGINE},
               "machine": machine(), "command": "make bench BENCH_ARGS='" + " ".join(argv) + "'"}

@@ -53,9 +53,10 @@ class Load(threading.Thread):
     """Rounds of the benchmark's streaming workload, back to back, on a loop of its own; `tokens` counts every
     token received so far, so a window's tokens are a difference of two readings."""
 
-    def __init__(self, server: TritonServer, protocol: str, concurrency: int, tokens: int) -> None:
+    def __init__(self, server: TritonServer, protocol: str, concurrency: int, tokens: int, traced: bool) -> None:
         super().__init__(daemon=True)
         self.server, self.protocol, self.concurrency, self.max_tokens = server, protocol, concurrency, tokens
+        self.traced = traced  # every request with a traceparent (the server traces exactly those)
         self.finished_tokens, self.current, self.rounds = 0, bench.Run(), 0
         self.stop = threading.Event()
 
@@ -77,9 +78,9 @@ class Load(threading.Thread):
         """One round whose Run is visible while it streams."""
         if self.protocol == "http":
             return await bench.triton_http_round(self.server, MODEL, self.concurrency, self.max_tokens,
-                                                 run=self.current)
+                                                 run=self.current, traced=self.traced)
         return await bench.triton_round(self.server, MODEL, self.concurrency, self.max_tokens, scrape=False,
-                                        run=self.current)
+                                        run=self.current, traced=self.traced)
 
 
 # -- what the kernel counts: CPU time and context switches -----------------------------------------------
@@ -232,7 +233,7 @@ def main(argv: list[str]) -> int:
         sink, sink_url = bench.start_sink() if args.trace else (None, "")
         server = TritonServer(repository, extra_args=bench.tracing_args(sink_url) if args.trace else [],
                               log_path=ROOT / ".build" / "profile-tritonserver.log").start()
-        load = Load(server, args.protocol, args.concurrency, args.tokens)
+        load = Load(server, args.protocol, args.concurrency, args.tokens, traced=args.trace)
         try:
             server.wait_ready(timeout=900)
             load.start()

@@ -1,7 +1,7 @@
-"""A short smoke run of `make bench` over vllm serve and Triton's HTTP (SSE), gRPC and traced paths, swept over
-1 and 2 streams: it completes, draws the plot, every stream receives all its tokens, the JSON has the ratios and
-the CPU per process role, and the traced configuration's spans are delivered (its server counts none dropped).
-Figures are not asserted."""
+"""A short smoke run of `make bench` over vllm serve and Triton's HTTP (SSE), gRPC, traced and untraced-beside-it
+paths, swept over 1 and 2 streams: it completes, draws the plot, every stream receives all its tokens, the JSON has
+the ratios and the CPU per process role, and the traced configuration's spans are delivered (Triton's and the SDK's
+exports reach the sink, its server counts none dropped). Figures are not asserted."""
 
 import json
 import os
@@ -14,20 +14,20 @@ from helpers import ROOT
 def test_bench_smoke_run_writes_json(tmp_path):
     output, plot = tmp_path / "bench.json", tmp_path / "sweep.png"
     result = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "bench.py"), "--configs", "v,h,c,e", "--rounds", "1", "--warmup", "0",
+        [sys.executable, str(ROOT / "scripts" / "bench.py"), "--configs", "v,h,c,e,f", "--rounds", "1", "--warmup", "0",
          "--sweep", "1,2", "--tokens", "4", "--output", str(output), "--plot", str(plot),
          "--engine-args", '{"stream_interval": 1}'],  # vLLM's default, passed to every configuration
         capture_output=True, text=True, timeout=900, env=dict(os.environ))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "did not stop cleanly" not in result.stdout, result.stdout[-3000:]  # every server unloaded its engines
     for row in ("v: vllm serve, HTTP SSE", "h: Triton HTTP SSE, metrics on", "c: Triton, metrics on",
-                "e: Triton, metrics + tracing"):
+                "e: Triton, metrics + tracing", "f: Triton, metrics, untraced beside e"):
         assert f"| {row} |" in result.stdout, result.stdout[-3000:]
     report = json.loads(output.read_text())
     assert set(report["ratios"]) >= {"triton_over_direct", "metrics_on_over_off", "health_on_over_off",
                                      "ttft_p50_overhead_ms", "scrape_p99_ms", "tracing_on_over_off",
                                      "triton_http_over_vllm_serve", "triton_grpc_over_vllm_serve"}
-    for key in ("v", "h", "c", "e"):
+    for key in ("v", "h", "c", "e", "f"):
         measured = report["results"][key]
         assert measured["tokens_per_s"]["median"] > 0 and measured["errors"] == 0, key
         # every stream got all its tokens: 2 requests × 4 tokens per round
@@ -36,11 +36,15 @@ def test_bench_smoke_run_writes_json(tmp_path):
     assert report["results"]["h"]["cpu_ms_per_token_by_role"].keys() >= {"client", "stub", "tritonserver"}
     assert report["ratios"]["triton_http_over_vllm_serve"] > 0 and report["ratios"]["ttft_p50_overhead_ms"] is not None
     assert report["ratios"]["tracing_on_over_off"] > 0 and report["trace_spans_dropped"] == 0
+    # Triton traces only requests with a traceparent (rate=0) and exports them as JSON: e's were traced; the SDK's
+    # exporters (the backend's, vLLM's) post protobuf to the same sink
+    assert report["trace_exports"].get("application/json", 0) > 0
+    assert report["trace_exports"].get("application/x-protobuf", 0) > 0
     assert report["ratios"]["scrape_p99_ms"] > 0
     paired = report["paired_ratios"]["triton_http_over_vllm_serve"]  # round by round, with its interval
     assert len(paired["rounds"]) == 1 and paired["ci95"][0] <= paired["median"] <= paired["ci95"][1]
     assert "Round by round" in result.stdout and report["workload"]["engine"]["stream_interval"] == 1
     assert report["machine"]["cores"] >= 1 and report["workload"]["concurrency"] == 2
     # the sweep: each level's results and ratios, and the plot
-    assert set(report["sweep"]) == {"1", "2"} and set(report["sweep"]["1"]["results"]) == {"v", "h", "c", "e"}
+    assert set(report["sweep"]) == {"1", "2"} and set(report["sweep"]["1"]["results"]) == {"v", "h", "c", "e", "f"}
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plot.stat().st_size > 10_000
