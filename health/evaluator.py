@@ -59,7 +59,7 @@ class HealthEvaluator:
             return self._move(HealthState.UNHEALTHY, f"no engine progress for {stalled:.1f} s with {obs.inflight} "
                                                      f"request(s) in flight (HEALTH_STALL_TIMEOUT_S="
                                                      f"{self.settings.stall_timeout_s:g})")
-        if obs.probe_error is not None and obs.probe_timed_out and obs.inflight > 0:
+        if obs.probe_timed_out and obs.inflight > 0:
             if self.state is HealthState.HEALTHY:
                 return self._move(HealthState.DEGRADED, f"engine probe waited behind a long engine step "
                                                         f"({obs.probe_error}, {obs.inflight} request(s) in flight)")

@@ -123,8 +123,8 @@ class HealthMonitor:
             exc = future.exception()
             if exc is None:
                 return future.result(), None, False
-            return None, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__, isinstance(
-                exc, TimeoutError)
+            error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            return None, error, isinstance(exc, TimeoutError)
         if now - started > self.settings.probe_timeout_s:
             future.cancel()
             self._probe = None
