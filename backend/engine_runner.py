@@ -60,10 +60,10 @@ class EngineRunner:
         self.loop.run_forever()
 
     def start(self) -> None:
-        """Start the loop and the first engine; raise with the cause."""
+        """Start the loop and the first engine; raise with the cause, at the latest after the start timeout."""
         self._thread.start()
         try:
-            self._build(timeout=None)
+            self._build(self._start_timeout_s)
         except Exception as exc:
             self._stop_loop()
             raise exc if isinstance(exc, EngineStartError) else EngineStartError(
@@ -77,7 +77,7 @@ class EngineRunner:
             self._shutdown_engine(old)
         self._build(self._start_timeout_s)
 
-    def _build(self, timeout: float | None) -> None:
+    def _build(self, timeout: float) -> None:
         """Build an engine, attach it to the loop and warm it up; only then is it `self.engine`.
 
         Until that moment `_building` holds its future, so a shutdown() meanwhile waits for it and shuts it down."""
@@ -86,17 +86,19 @@ class EngineRunner:
                 raise EngineStartError("the model is being unloaded")
             future: concurrent.futures.Future[Any] = concurrent.futures.Future()
             self._building = future
+        deadline = time.monotonic() + timeout  # for the start and the warm-up together
         threading.Thread(target=self._create, args=(future,), name="vllm-engine-start", daemon=True).start()
         try:
             engine = future.result(timeout)
         except concurrent.futures.TimeoutError:
             future.add_done_callback(self._discard_late)  # shut it down when it arrives
-            raise EngineStartError(f"the vLLM engine did not start within {timeout:g} s") from None
+            raise EngineStartError(f"the vLLM engine did not start within {timeout:g} s (ENGINE_START_TIMEOUT_S); "
+                                   "the server log shows how far it got") from None
         failure: Exception | None = None
         try:
             if not self._closed:
                 self.supported_tasks = self.call(self._attach(engine), timeout=SHUTDOWN_TIMEOUT_S)
-                self._warm_up(engine)
+                self._warm_up(engine, deadline)
         except Exception as exc:
             failure = exc
             if not self._closed:  # else shutdown() has shut it down (and is stopping the loop)
@@ -109,6 +111,9 @@ class EngineRunner:
                 return
         if closed:  # shutdown() began meanwhile and waits for this engine: it shuts it down
             raise EngineStartError("the model was unloaded while the engine was starting")
+        if isinstance(failure, TimeoutError):
+            raise EngineStartError(f"the vLLM engine started but did not serve its warm-up request within "
+                                   f"{timeout:g} s of its start (ENGINE_START_TIMEOUT_S)") from failure
         raise EngineStartError(f"the vLLM engine started but failed its warm-up: {type(failure).__name__}: "
                                f"{failure}") from failure
 
@@ -120,14 +125,14 @@ class EngineRunner:
         engine._run_output_handler()
         return tuple(await engine.get_supported_tasks())
 
-    def _warm_up(self, engine: Any) -> None:
+    def _warm_up(self, engine: Any, deadline: float) -> None:
         if not needs_warm_up(engine, self.supported_tasks):
             return
         prompt, params, request_id = warm_up_request()
         start = time.monotonic()
         self._serve_one(engine, lambda: engine.generate(prompt, params, request_id,
                                                         trace_headers=self._own_trace_headers),
-                        request_id, self._start_timeout_s)
+                        request_id, max(1.0, deadline - start))
         self._log_info(f"engine warm-up: one request with logprobs served in {time.monotonic() - start:.1f} s "
                        "(vLLM builds its logprobs kernel on first use; the compile cache makes later starts faster)")
 

@@ -14,7 +14,15 @@ import traceback
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from ..common.errors import EngineUnavailable, InternalError, InvalidRequest, RequestCancelled, RequestError
+from ..common.errors import (
+    EngineBusy,
+    EngineUnavailable,
+    InternalError,
+    InvalidRequest,
+    RequestCancelled,
+    RequestError,
+)
+from ..common.vllm_compat import request_errors
 from .engine_runner import EngineRunner
 from .lora import LoraRegistry
 from .request_decoding import EmbedRequest, GenerateRequest, OutputOptions, RequestView, decode_request
@@ -46,12 +54,9 @@ class GenerationService:
         tracer: Any = None,
         trace_attributes: dict[str, Any] | None = None,
     ) -> None:
-        from vllm.exceptions import VLLMClientError
         from vllm.sampling_params import RequestOutputKind
-        from vllm.v1.engine.exceptions import EngineDeadError
 
-        self._client_error = VLLMClientError
-        self._dead_error = EngineDeadError
+        self._errors = request_errors()
         self._output_kind = RequestOutputKind
         self._runner = runner
         self._lora = lora
@@ -185,12 +190,21 @@ class GenerationService:
                 self.responses.send_error(inflight, error)
 
     def _classify(self, exc: Exception, inflight: InflightRequest, started: bool) -> RequestError:
+        errors = self._errors
         if isinstance(exc, RequestError):
             return exc
-        if isinstance(exc, self._client_error) or (isinstance(exc, ValueError) and not started):
+        if isinstance(exc, errors.retryable):
+            return EngineBusy(f"the vLLM engine did not take this request: {exc} ({type(exc).__name__}); the "
+                              "engine is healthy, and a retry may succeed")
+        if isinstance(exc, errors.client) or (isinstance(exc, ValueError) and not started):
             return InvalidRequest(str(exc))
-        if isinstance(exc, self._dead_error):
+        if isinstance(exc, errors.dead):
             return EngineUnavailable("the vLLM engine is dead; the health monitor replaces or unloads it if on")
+        if isinstance(exc, errors.generation):
+            self._log.error(f"request {inflight.request_id}: vLLM failed to generate it: {type(exc).__name__}: "
+                            f"{exc}")
+            return InternalError(f"vLLM failed to generate this request: {exc} (request id "
+                                 f"{inflight.request_id}); the engine is healthy and serves other requests")
         return self._internal(inflight, "generating", exc)
 
     def _internal(self, inflight: InflightRequest, doing: str, exc: BaseException) -> RequestError:

@@ -17,6 +17,7 @@ from typing import Any
 from ..common.errors import ConfigError
 from ..common.parameters import check_known_keys, config_parameters
 from ..common.server_flags import exit_timeout_s, explicit_model_control, http_url, server_argv
+from ..common.vllm_compat import vllm_version, window_note
 from ..common.vocabulary import Outcome
 from ..health.heartbeat import Heartbeat
 from ..health.monitor import HealthMonitor
@@ -59,6 +60,8 @@ class ModelInstance:
                 "HEALTH_RECOVERY=unload needs tritonserver --model-control-mode=explicit (unloading a model in "
                 "any other mode can crash Triton); use restart or fail, or start the server in explicit mode"
             )
+        inside, note = window_note(vllm_version())
+        (self.log.info if inside else self.log.warn)(f"[vllm] {note}")
         engine_config = validate_engine_config(resolve_local_paths(load_model_json(model_dir), model_dir))
         check_device(engine_config, args, self.log, params.get("GPU_DEVICE_IDS"))
         self.lora = LoraRegistry.load(model_dir, engine_config)
@@ -71,7 +74,8 @@ class ModelInstance:
         stat_loggers = [*(self.metrics.stat_loggers(paused=own_request) if self.metrics else []),
                         *([self.heartbeat.logger_class()] if self.health_settings.enabled else [])]
         self.tracer = self._tracer(args, engine_config)
-        self.runner = EngineRunner(build_engine_args(engine_config), stat_loggers, log_info=self.log.info,
+        self.runner = EngineRunner(build_engine_args(engine_config), stat_loggers,
+                                   start_timeout_s=self.settings.engine_start_timeout_s, log_info=self.log.info,
                                    own_trace_headers=UNSAMPLED if "otlp_traces_endpoint" in engine_config else None)
         ParentWatch(self.log).start()  # before the engine starts: a server killed meanwhile must not orphan it
         self.log.info(f"starting the vLLM engine for model {engine_config.get('model')!r} (then one warm-up request)")
@@ -149,11 +153,9 @@ class ModelInstance:
                            max(0.0, exit_timeout_s(argv) - ENGINE_SHUTDOWN_S), self.log)
 
     def _info(self) -> BackendInfo:
-        import vllm
-
         from .. import __version__
 
-        return BackendInfo(vllm.__version__, __version__, self.metrics is not None,
+        return BackendInfo(vllm_version(), __version__, self.metrics is not None,
                            self.health_settings.enabled)
 
     def _finished(self, _request: InflightRequest, outcome: Outcome) -> None:

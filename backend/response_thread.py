@@ -15,17 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..common.errors import ErrorCode, InternalError, RequestCancelled, RequestError
+from ..common.errors import InternalError, RequestCancelled, RequestError
 from ..common.vocabulary import Outcome
 from .request_decoding import OutputOptions
 from .response_encoding import ResponseChunk
-
-
-def outcome_of(error: RequestError) -> Outcome:
-    return {
-        ErrorCode.INVALID_ARG: Outcome.REJECTED,
-        ErrorCode.CANCELLED: Outcome.CANCELLED,
-    }.get(error.code, Outcome.FAILED)
 
 
 class TritonIO(Protocol):
@@ -167,7 +160,7 @@ class ResponseThread:
             with self._lock:
                 self._inflight.pop(request.request_id, None)
             try:
-                self._on_finished(request, Outcome.COMPLETED if error is None else outcome_of(error))
+                self._on_finished(request, Outcome.COMPLETED if error is None else error.outcome)
             except Exception as exc:
                 self._log_error(f"counting the end of request {request.request_id} failed: {exc}")
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import enum
 
+from .vocabulary import Outcome
+
 
 class ErrorCode(enum.Enum):
     """Names of `pb_utils.TritonError` codes (resolved in the adapter, so this module stays pure)."""
@@ -18,6 +20,7 @@ class RequestError(Exception):
     """A request cannot be served; the message is sent to the client as is."""
 
     code = ErrorCode.INTERNAL
+    outcome = Outcome.FAILED  # how the request is counted (vllm_triton_requests_finished_total's outcome)
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -28,6 +31,7 @@ class InvalidRequest(RequestError):
     """The client sent something wrong: the message names the field, the problem and what is allowed."""
 
     code = ErrorCode.INVALID_ARG
+    outcome = Outcome.REJECTED
 
 
 class EngineUnavailable(RequestError):
@@ -36,8 +40,18 @@ class EngineUnavailable(RequestError):
     code = ErrorCode.UNAVAILABLE
 
 
+class EngineBusy(RequestError):
+    """A healthy engine did not take this request (its queue is full, or it is paused): a retry may succeed.
+
+    Not an engine fault: it counts as `refused`, not `failed`, and the health monitor never sees it."""
+
+    code = ErrorCode.UNAVAILABLE
+    outcome = Outcome.REFUSED
+
+
 class RequestCancelled(RequestError):
     code = ErrorCode.CANCELLED
+    outcome = Outcome.CANCELLED
 
 
 class ConfigError(Exception):

@@ -15,6 +15,7 @@ class Outcome(enum.Enum):
     COMPLETED = "completed"
     CANCELLED = "cancelled"  # by the client
     REJECTED = "rejected"  # bad input
+    REFUSED = "refused"  # a healthy engine did not take it (queue full, paused): a retry may succeed
     FAILED = "failed"  # engine or internal error
 
 

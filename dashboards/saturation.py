@@ -39,7 +39,8 @@ def build(config: Config, slo_buckets: dict[str, tuple[float, ...]]) -> Dashboar
                                  sum_rate(names.VLLM_PREFIX_CACHE_QUERIES, VLLM)), "hit ratio")))
         .with_panel(graph("Cached prompt tokens/s by source", "Prompt tokens per second served from a cache, by "
                           "cache tier.", "short",
-                          (sum_rate(names.VLLM_PROMPT_TOKENS_CACHED_BY_SOURCE, VLLM, names.SOURCE), "{{source}}")))
+                          (sum_rate(names.VLLM_PROMPT_TOKENS_CACHED_BY_SOURCE, VLLM, names.SOURCE), "{{source}}"),
+                          family=names.VLLM_PROMPT_TOKENS_CACHED_BY_SOURCE))
         .with_panel(graph("Prompt tokens/s by source", "Prompt tokens per second computed locally, hit in the local "
                           "cache, or transferred from an external KV store.", "short",
                           (sum_rate(names.VLLM_PROMPT_TOKENS_BY_SOURCE, VLLM, names.SOURCE), "{{source}}"),

@@ -39,6 +39,7 @@ VLLM_WAITING = "vllm:num_requests_waiting"
 VLLM_WAITING_BY_REASON = "vllm:num_requests_waiting_by_reason"
 VLLM_KV_CACHE_USAGE = "vllm:kv_cache_usage_perc"
 VLLM_PREEMPTIONS = "vllm:num_preemptions_total"
+VLLM_ADMISSION_REJECTIONS = "vllm:admission_rejections_total"  # from vLLM 0.32 (common.vllm_compat)
 VLLM_PREFIX_CACHE_QUERIES = "vllm:prefix_cache_queries_total"
 VLLM_PREFIX_CACHE_HITS = "vllm:prefix_cache_hits_total"
 VLLM_ITERATION_TOKENS = "vllm:iteration_tokens_total"  # a histogram, despite the suffix

@@ -17,13 +17,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..common.vllm_compat import PROMETHEUS_HELPER_ATTRIBUTES, STAT_LOGGER_CALLS
 from .errors import MetricErrors
 from .registry import InstanceRegistry, Kind
-
-# PrometheusStatLogger attributes naming helper classes that create metrics with their own class attributes.
-_HELPER_ATTRIBUTES = ("_spec_decoding_cls", "_kv_connector_cls", "_ec_connector_cls", "_perf_metrics_cls")
-# The methods vLLM calls on a running engine; a failure in any of them is counted, never raised.
-_GUARDED = ("record", "record_sleep_state", "log_engine_initialized", "log")
 
 
 def _metric_attributes(classes: dict[Kind, type]) -> dict[str, type]:
@@ -61,11 +57,11 @@ def stat_logger_class(registry: InstanceRegistry, errors: MetricErrors | None = 
 
     metric_classes = _metric_attributes(registry.classes())
     attributes: dict[str, Any] = dict(metric_classes)
-    for helper in _HELPER_ATTRIBUTES:
+    for helper in PROMETHEUS_HELPER_ATTRIBUTES:
         base = getattr(PrometheusStatLogger, helper, None)
         if base is not None:
             attributes[helper] = type(base.__name__, (base,), dict(metric_classes))
-    for method in _GUARDED:
+    for method in STAT_LOGGER_CALLS:
         if hasattr(PrometheusStatLogger, method):
             attributes[method] = _guarded(PrometheusStatLogger, method, registry, errors, paused)
     return type("TritonStatLogger", (PrometheusStatLogger,), attributes)

@@ -6,9 +6,10 @@ with --allow-metrics=false, which must not stop a model with REPORT_CUSTOM_METRI
 
 from __future__ import annotations
 
+import psutil
 import pytest
 import requests
-from helpers import BASE_ENGINE, generate, server_env, write_model
+from helpers import BASE_ENGINE, cmdline, generate, server_env, wait_until, write_model
 from triton_launcher import TritonServer
 
 BROKEN = {
@@ -32,6 +33,7 @@ def config_server(tmp_path_factory):
     write_model(repo, "unknown_param", params={"ENABLE_VLLM_HEALTH_CHECK": "true", "HEALTH_CHECK_INTERVAL": "1"})
     write_model(repo, "contradiction", params={"ENABLE_VLLM_HEALTH_CHECK": "true", "HEALTH_DEGRADED_PROBE_S": "9"})
     write_model(repo, "unload_not_explicit", params={"ENABLE_VLLM_HEALTH_CHECK": "true", "HEALTH_RECOVERY": "unload"})
+    write_model(repo, "slow_start", params={"ENGINE_START_TIMEOUT_S": "2"})  # no engine starts in 2 s here
     with TritonServer(repo, env=server_env(),
                       extra_args=["--exit-on-error=false", "--allow-metrics=false"]) as triton:
         triton.wait_ready(timeout=600, models=["good"])
@@ -80,3 +82,16 @@ def test_metrics_disabled_on_the_server_still_loads_and_says_so(config_server):
     assert "metrics: off for good (tritonserver runs with --allow-metrics=false)" in config_server.log_text()
     with pytest.raises(requests.ConnectionError):
         requests.get(config_server.metrics_url, timeout=5)
+
+
+def test_an_engine_that_does_not_start_in_time_fails_the_load_and_leaves_no_process(config_server):
+    """ENGINE_START_TIMEOUT_S bounds a start at any step (vLLM's processes, the warm-up): the load fails with the
+    cause, and the engine that was still starting does not outlive it."""
+    reason = index(config_server)["slow_start"]["reason"]
+    assert "the vLLM engine did not start within 2 s (ENGINE_START_TIMEOUT_S)" in reason, reason
+
+    def engine_cores() -> int:  # only `good` has an engine now
+        return sum("VLLM::EngineCore" in cmdline(p)
+                   for p in psutil.Process(config_server.process.pid).children(recursive=True))
+
+    wait_until(lambda: engine_cores() == 1, timeout=90)

@@ -5,7 +5,8 @@
     backend         imports common; only its composition root (model_instance.py) and model.py wire in
                     metrics and health
     observability   imports only the metric names, registry helpers and label values (no engine, no backend)
-    dashboards      imports observability and the metric names; alerts the same, never dashboards
+    dashboards      imports observability, the metric names and which vLLM release brought a family;
+                    alerts observability and the metric names, never dashboards
     deploy          imports observability and alerts (the dashboards it reads as generated files)
 Nothing imports a room by a generic top-level name (`backend`, `metrics`, ...): only as vllm_triton_observable.*.
 """
@@ -28,7 +29,7 @@ ALLOWED: dict[str, set[str]] = {
     "health": {"common"},
     "backend": {"common"},
     "observability": {"metrics.names", "metrics.registry", "common.vocabulary"},
-    "dashboards": {"observability", "metrics.names", "metrics.registry"},
+    "dashboards": {"observability", "metrics.names", "metrics.registry", "common.vllm_compat"},
     "alerts": {"observability", "metrics.names", "metrics.registry"},
     "deploy": {"observability", "alerts"},
 }

@@ -190,3 +190,44 @@ def test_a_request_the_model_cannot_serve_is_a_400_that_says_what_to_send():
     _, code, message = final(sender)
     assert code == "INVALID_ARG" and "send embedding_request" in message
     assert engine.calls == 0
+
+
+def _vllm_error(name):
+    """An instance of one of the running vLLM's request errors, or a skip naming the release that brought it."""
+    from vllm import exceptions
+
+    cls = getattr(exceptions, name, None)
+    if cls is None:
+        pytest.skip(f"vllm.exceptions.{name} does not exist in this vLLM (common/vllm_compat.py names its release)")
+    try:
+        return cls()
+    except TypeError:
+        return cls("engine is paused")
+
+
+@pytest.mark.parametrize("name", ["QueueOverflowError", "MaxQueuedTokensError", "RetryableRequestError"])
+def test_a_full_or_paused_engine_is_unavailable_and_refused_not_failed(name):
+    finished = []
+    log, sender = Log(), FakeSender()
+    service = GenerationService(Runner(FakeEngine(fail=_vllm_error(name))), FakeIO(), LoraRegistry(), log,
+                                on_finished=lambda request, outcome: finished.append(outcome))
+    service.submit(SimpleNamespace(get_response_sender=lambda: sender), View())
+    _, code, message = final(sender)
+    assert code == "UNAVAILABLE" and "a retry may succeed" in message and name in message
+    wait_for(lambda: finished)
+    assert [outcome.value for outcome in finished] == ["refused"] and not log.errors
+
+
+def test_a_generation_error_is_internal_and_names_the_request():
+    _, _, sender, log = serve(FakeEngine(fail=_vllm_error("GenerationError")))
+    _, code, message = final(sender)
+    assert code == "INTERNAL" and "the engine is healthy" in message and "request id" in message
+    assert any("GenerationError" in line for line in log.errors)
+
+
+def test_a_validation_error_is_the_clients_fault_even_after_the_first_output():
+    from vllm.exceptions import VLLMValidationError
+
+    _, _, sender, _ = serve(FakeEngine([output("a", False)], fail=VLLMValidationError("bad stop string")))
+    _, code, message = final(sender)
+    assert code == "INVALID_ARG" and "bad stop string" in message

