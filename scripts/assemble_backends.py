@@ -1,11 +1,12 @@
-"""Lay out a Triton backend directory: the Python backend (+ its 3.11 stub) and our `vllm` backend.
+"""Lay out a Triton backend directory: the Python backend (+ the stub for this interpreter) and our `vllm` backend.
 
-    assemble_backends.py DIR            DIR/python (from the nvidia-pytriton wheel) and DIR/vllm
+    assemble_backends.py DIR            DIR/python (from the nvidia-pytriton wheel, or TRITON_HOME's) and DIR/vllm
     assemble_backends.py --vllm-only D  only our backend, e.g. D=/opt/tritonserver/backends/vllm in an NGC image
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import sysconfig
@@ -33,12 +34,17 @@ def install_vllm_backend(dest: Path) -> None:
 
 
 def install_python_backend(dest: Path) -> None:
-    """Triton's Python backend from the wheel, with the stub for this interpreter put in place."""
-    wheel = Path(sysconfig.get_paths()["purelib"]) / "pytriton" / "tritonserver"
+    """Triton's Python backend, with the stub for this interpreter put in place.
+
+    From TRITON_HOME (scripts/env.sh: the nvidia-pytriton wheel's tree, or an NGC container's /opt/tritonserver,
+    whose backend already holds the stub for its own Python), else from this interpreter's wheel."""
+    home = Path(os.environ.get("TRITON_HOME") or Path(sysconfig.get_paths()["purelib"]) / "pytriton" / "tritonserver")
     if dest.exists():
         shutil.rmtree(dest)
-    shutil.copytree(wheel / "backends" / "python", dest, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy2(wheel / "python_backend_stubs" / STUB_PYTHON / "triton_python_backend_stub", dest)
+    shutil.copytree(home / "backends" / "python", dest, ignore=shutil.ignore_patterns("__pycache__"))
+    stubs = home / "python_backend_stubs"
+    if stubs.is_dir():
+        shutil.copy2(stubs / STUB_PYTHON / "triton_python_backend_stub", dest)
 
 
 def main(argv: list[str]) -> None:

@@ -36,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -47,9 +48,12 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
-from triton_launcher import TINY_ENGINE, TritonServer, free_port, write_model  # noqa: E402
+from engine_settings import engine_for  # noqa: E402
+from triton_launcher import TritonServer, free_port, write_model  # noqa: E402
 
-ENGINE = dict(TINY_ENGINE)  # --engine-args adds to it, for every configuration alike
+# The tiny model's engine arguments on this device (scripts/engine_settings.py); --model and --engine-args change
+# them, for every configuration alike.
+ENGINE = engine_for("bench")
 CONFIGS = {  # key: (label, the Triton model's config.pbtxt parameters, or None when it is not a Triton model)
     "v": ("vllm serve, HTTP SSE", None),
     "h": ("Triton HTTP SSE, metrics on", None),  # model bench_c
@@ -343,13 +347,11 @@ class VllmServe:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> VllmServe:
-        args = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", ENGINE["model"],
-                "--dtype", ENGINE["dtype"], "--max-model-len", str(ENGINE["max_model_len"]), "--enforce-eager",
+        args = [sys.executable, "-m", "vllm.entrypoints.openai.api_server",
                 "--host", "127.0.0.1", "--port", str(self.port), "--disable-uvicorn-access-log",
                 "--uvicorn-log-level", "warning"]
-        for key, value in ENGINE.items():  # what --engine-args added, as vllm serve's flags
-            if key not in TINY_ENGINE:
-                args += serve_flag(key, value)
+        for key, value in ENGINE.items():  # the same engine arguments as vllm serve's flags
+            args += serve_flag(key, value)
         self.log = open(self.log_path, "wb")
         self.process = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
         return self
@@ -529,17 +531,17 @@ def start_sink() -> tuple[subprocess.Popen, str]:
     return sink, f"http://127.0.0.1:{port}/v1/traces"
 
 
-def start_servers(repositories: dict[str, Path], sink_url: str, vllm_serve: bool) -> dict[str, Any]:
-    """Start every server first, then wait for all: their engines build side by side."""
+def start_servers(repositories: dict[str, Path], sink_url: str, vllm_serve: bool, servers: dict[str, Any]) -> None:
+    """Start every server first, then wait for all: their engines build side by side. Each goes into `servers`
+    as soon as it is started, so that a failure while the others load still stops it."""
     tracing = tracing_args(sink_url)
-    servers: dict[str, Any] = {name: TritonServer(repository, extra_args=tracing if name == "traced" else [],
-                                                  log_path=ROOT / ".build" / f"bench-tritonserver-{name}.log").start()
-                               for name, repository in repositories.items()}
+    for name, repository in repositories.items():
+        servers[name] = TritonServer(repository, extra_args=tracing if name == "traced" else [],
+                                     log_path=ROOT / ".build" / f"bench-tritonserver-{name}.log").start()
     if vllm_serve:
         servers["vllm"] = VllmServe(ROOT / ".build" / "bench-vllm-serve.log").start()
     for server in servers.values():
         server.wait_ready(timeout=900)
-    return servers
 
 
 async def start_direct():
@@ -666,6 +668,27 @@ def plot(sweep: dict[int, dict], path: Path) -> None:
     figure.savefig(path, dpi=110)
 
 
+def stop_everything(engine: Any, loop: asyncio.AbstractEventLoop, servers: dict[str, Any],
+                    sink: subprocess.Popen | None) -> None:
+    """The in-process engine, then every server at once (each shuts its engines down in seconds), then the sink;
+    after a failure as after a run, so that nothing the benchmark started outlives it."""
+    if engine is not None:
+        with contextlib.suppress(Exception):
+            loop.run_until_complete(asyncio.wait_for(stop_direct(engine), 60))
+    loop.close()
+    stoppers = [threading.Thread(target=server.stop, name=f"stop-{name}") for name, server in servers.items()]
+    for stopper in stoppers:
+        stopper.start()
+    for stopper in stoppers:
+        stopper.join()
+    for name, server in servers.items():
+        if not getattr(server, "stopped_cleanly", True):  # a backend or Triton regression: say it
+            say(f"the {name} tritonserver did not stop cleanly: had to kill {server.forced_kills}, "
+                f"to remove {server.removed_shm}")
+    if sink is not None:
+        sink.terminate()
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=6, help="measured rounds; even, so that each direction "
@@ -692,7 +715,7 @@ def main(argv: list[str]) -> int:
     levels = [int(c) for c in args.sweep.split(",") if c] or [args.concurrency]
 
     runs: dict[int, dict[str, list[Run]]] = {level: {c: [] for c in configs} for level in levels}
-    sink, sink_url, exports = None, "", None
+    sink, sink_url, exports, engine = None, "", None, None
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         repositories = write_repositories(Path(tmp), configs)
         servers: dict[str, Any] = {}
@@ -703,8 +726,7 @@ def main(argv: list[str]) -> int:
             if repositories or "v" in configs:
                 say(f"starting {len(repositories)} tritonserver(s), one model per Triton configuration"
                     f"{' and vllm serve' if 'v' in configs else ''} (≈ 1 min)")
-                servers = start_servers(repositories, sink_url, vllm_serve="v" in configs)
-            engine = None
+                start_servers(repositories, sink_url, "v" in configs, servers)
             if "a" in configs:
                 say("starting vLLM's AsyncLLM in this process (≈ 30 s)")
                 engine = loop.run_until_complete(start_direct())
@@ -720,19 +742,13 @@ def main(argv: list[str]) -> int:
                             f"TTFT p50 {(_ms(pct(run.ttft, 50)) or 0):.0f} ms, errors {run.errors}")
                         if not warm:
                             runs[level][key].append(run)
-            if engine is not None:
-                loop.run_until_complete(stop_direct(engine))
             dropped = spans_dropped(servers["traced"]) if "traced" in servers else None
             exports = trace_exports(sink_url) if "e" in configs else None
+        except BaseException as exc:
+            say(f"stopping every server: {type(exc).__name__}: {exc}")
+            raise
         finally:
-            loop.close()
-            for name, server in servers.items():
-                server.stop()
-                if not getattr(server, "stopped_cleanly", True):  # a backend or Triton regression: say it
-                    say(f"the {name} tritonserver did not stop cleanly: had to kill {server.forced_kills}, "
-                        f"to remove {server.removed_shm}")
-            if sink is not None:
-                sink.terminate()
+            stop_everything(engine, loop, servers, sink)
 
     sweep = {level: {key: summarize(r) for key, r in by_key.items()} for level, by_key in runs.items()}
     results = sweep[levels[-1]]
@@ -762,4 +778,15 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    try:
+        code = main(sys.argv[1:])
+    except KeyboardInterrupt:
+        code = 130
+    except Exception:
+        traceback.print_exc()
+        say("the benchmark failed (above); every server it started is stopped")
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # An in-process engine's threads (configuration a) must not keep a finished or failed run alive.
+    os._exit(code)

@@ -1,6 +1,9 @@
 """Build the tiny default model: a seeded random-weight Llama with a tokenizer trained on local text.
 
-Also writes `<target>-lora`, a LoRA adapter for it (used by the LoRA tests and the multi-LoRA example).
+    build_tiny_model.py TARGET            the tiny model (≈ 3.5 M parameters), and `TARGET-lora`, a LoRA adapter for
+                                          it (used by the LoRA tests and the multi-LoRA example)
+    build_tiny_model.py TARGET --size 1b  a ≈ 1 B-parameter Llama (Llama 3.2 1B's shape) with the same tokenizer,
+                                          in bf16: an engine step of a realistic model, for make bench on a GPU
 
 No weights can be downloaded where this project is developed and tested, so the default model is made
 here. Its output is gibberish, but tokenization, batching, streaming and every metric are real.
@@ -39,18 +42,28 @@ def build_tokenizer(out: Path) -> None:
     fast.save_pretrained(out)
 
 
-def build_weights(out: Path) -> None:
+# Each size's shape and the dtype its weights are stored in.
+SIZES = {
+    "tiny": ({"hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "num_key_value_heads": 4}, "float32"),
+    "1b": ({"hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16, "num_attention_heads": 32,
+            "num_key_value_heads": 8}, "bfloat16"),
+}
+
+
+def build_weights(out: Path, size: str = "tiny") -> None:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
+    shape, dtype = SIZES[size]
     torch.manual_seed(0)
     config = LlamaConfig(
-        vocab_size=VOCAB_SIZE, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=MAX_MODEL_LEN,
-        bos_token_id=1, eos_token_id=2, pad_token_id=3, tie_word_embeddings=False,
-        torch_dtype="float32",
+        vocab_size=VOCAB_SIZE, max_position_embeddings=MAX_MODEL_LEN, bos_token_id=1, eos_token_id=2,
+        pad_token_id=3, tie_word_embeddings=False, torch_dtype=dtype, **shape,
     )
-    model = LlamaForCausalLM(config).to(torch.float32)
+    torch.set_default_dtype(getattr(torch, dtype))  # initialise in the stored dtype: half the memory for 1b
+    model = LlamaForCausalLM(config)
+    torch.set_default_dtype(torch.float32)
     model.save_pretrained(out, safe_serialization=True)
 
 
@@ -76,21 +89,28 @@ def build_lora_adapter(out: Path, rank: int = 8) -> None:
     }, indent=2))
 
 
-def main(target: str) -> None:
-    out = Path(target)
+def main(argv: list[str]) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("target")
+    parser.add_argument("--size", choices=sorted(SIZES), default="tiny")
+    args = parser.parse_args(argv)
+    out = Path(args.target)
     tmp = out.with_name(out.name + ".tmp")
     tmp.mkdir(parents=True, exist_ok=True)
     build_tokenizer(tmp)
-    build_weights(tmp)
-    build_lora_adapter(tmp.parent / (out.name + "-lora"))
+    build_weights(tmp, args.size)
+    if args.size == "tiny":
+        build_lora_adapter(tmp.parent / (out.name + "-lora"))
     (tmp / "BUILD_INFO.json").write_text(json.dumps(
-        {"python": sys.version.split()[0], "vocab_size": VOCAB_SIZE, "seed": 0}, indent=2))
+        {"python": sys.version.split()[0], "vocab_size": VOCAB_SIZE, "seed": 0, "size": args.size}, indent=2))
     if out.exists():
         import shutil
         shutil.rmtree(out)
     tmp.rename(out)
-    print(f"tiny model written to {out}")
+    print(f"{args.size} model written to {out}")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1:])

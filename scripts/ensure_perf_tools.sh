@@ -5,6 +5,10 @@
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 STEP=setup
+if [ -n "$EXISTING_ENV" ]; then  # PYTHON=...: install nothing; check_env.py has said what is missing
+  say "PYTHON is set: not installing perf_analyzer and genai-perf"
+  exit 0
+fi
 TOOLS="$BUILD/perf-tools"
 REQ="$ROOT/requirements/perf-tools.txt"
 log="$BUILD/perf-tools.log"; mkdir -p "$BUILD"

@@ -4,6 +4,10 @@
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 STEP=setup
+if [ -n "$EXISTING_ENV" ]; then  # PYTHON=...: install nothing; check_env.py has said what is missing
+  say "PYTHON is set: not installing prometheus and promtool"
+  exit 0
+fi
 if command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1; then
   say "prometheus $(prometheus --version 2>&1 | head -1 | awk '{print $3}') present"
   exit 0

@@ -6,4 +6,4 @@ STEP=test
 cd "$ROOT"
 say "running the test suite (integration tests start real tritonserver + vLLM processes)"
 # Two workers: one owns the explicit-mode server, the other the default one (tests/conftest.py).
-exec python -m pytest -n 2 --dist loadgroup --no-loadscope-reorder --durations=12 "$@"
+exec "$PY" -m pytest -n 2 --dist loadgroup --no-loadscope-reorder --durations=12 "$@"

@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -24,10 +25,12 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from engine_settings import TINY_MODEL, engine_for, gpu_present  # noqa: F401 - TINY_MODEL re-exported
+
 ROOT = Path(__file__).resolve().parent.parent
-TINY_MODEL = ROOT / "samples" / "model_repository" / "vllm_model" / "1" / "tiny-llama"
-# model.json for the tiny model, as the tests, the benchmark and the soak run it.
-TINY_ENGINE = {"model": str(TINY_MODEL), "dtype": "float32", "enforce_eager": True, "max_model_len": 1024}
+SAMPLE_REPOSITORY = ROOT / "samples" / "model_repository"
+# model.json for the tiny model, as the tests and the soak run it (scripts/engine_settings.py: per device).
+TINY_ENGINE = engine_for("test")
 # Shared memory a server and its children may leave behind when killed: the Python backend's regions
 # (named after the backend, e.g. triton_vllm_backend_shm_region_*), torch/vLLM's psm_* and semaphores.
 SHM_GLOBS = ("triton_*_backend_shm_region_*", "psm_*", "sem.mp-*")
@@ -318,9 +321,23 @@ def examples(http_url: str, model_repo: Path, prompt: str = "What is Triton?") -
     return commands
 
 
+def device_repository(model_repo: Path) -> Path:
+    """The sample repository as this device runs it: on a GPU, a copy in .build whose model.json has the GPU's
+    engine settings (scripts/engine_settings.py); any other repository is the operator's and is served as it is."""
+    if model_repo.resolve() != SAMPLE_REPOSITORY.resolve() or not gpu_present():
+        return model_repo
+    target = ROOT / ".build" / "serve-repository"
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(model_repo, target, ignore=shutil.ignore_patterns("tiny-llama*"))
+    for engine_file in target.glob("*/1/model.json"):
+        engine_file.write_text(json.dumps(engine_for("serve"), indent=2) + "\n")
+    return target
+
+
 def serve(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description="make serve: Triton + the vllm backend, until Ctrl-C")
-    parser.add_argument("--model-repo", default=os.environ.get("MODEL_REPO") or ROOT / "samples" / "model_repository")
+    parser.add_argument("--model-repo", default=os.environ.get("MODEL_REPO") or SAMPLE_REPOSITORY)
     parser.add_argument("--http-port", type=int, default=int(os.environ.get("HTTP_PORT") or 8000))
     parser.add_argument("--grpc-port", type=int, default=int(os.environ.get("GRPC_PORT") or 8001))
     parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("METRICS_PORT") or 8002))
@@ -328,7 +345,7 @@ def serve(argv: list[str]) -> int:
     parser.add_argument("--timeout", type=float, default=600.0)
     args = parser.parse_args(argv)
     server = TritonServer(
-        Path(args.model_repo), http_port=args.http_port, grpc_port=args.grpc_port,
+        device_repository(Path(args.model_repo)), http_port=args.http_port, grpc_port=args.grpc_port,
         metrics_port=args.metrics_port, bind=args.bind,
         extra_args=os.environ.get("TRITON_ARGS", "").split(), log_path=ROOT / ".build" / "serve.log",
     )

@@ -20,6 +20,13 @@ for path in (ROOT, ROOT / "scripts"):
 # engine takes ≈ 2.3 GB; see README "Tests"). The small single-engine modules come last: whichever worker is free
 # first takes them, which evens out the two workers' ends (≈ 95 s apart when they came before the shared server).
 # Kept in this order by --no-loadscope-reorder.
+# The modules that touch a vLLM API or behaviour (engine arguments, metric families and exact deltas, the stat-logger
+# guard, warm-up, health kill/stop, embeddings, LoRA, tracing headers, the bad-input corpus, unload): marked
+# `vllm_api`, they run on the second vLLM of `make test` too (Makefile test-compat). The others test the project's
+# own tools (dashboards, alerts, Kubernetes, docs, bench, launcher), which the vLLM release does not change.
+VLLM_API_MODULES = {"test_engine_args", "test_metrics_pipeline", "test_vllm_compat", "test_generation_service",
+                    "test_generate", "test_metrics", "test_health", "test_embeddings", "test_lifecycle",
+                    "test_reliability", "test_tracing", "test_model_config", "test_infer", "test_samples"}
 GROUP_ORDER = ("explicit", "test_model_config", "test_serve", "test_ensemble", "test_tracing", "test_fleet",
                "test_bench", "shared", "test_embeddings", "test_profile")
 
@@ -44,6 +51,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         group = group_of(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+        if item.path.stem in VLLM_API_MODULES:
+            item.add_marker(pytest.mark.vllm_api)
     items.sort(key=rank)  # stable: the order within a group is the collection order
 
 

@@ -141,9 +141,10 @@ def leaked(ours: set[str], timeout: float = 10.0) -> set[str]:
 
 
 def engine_of(stub: psutil.Process) -> tuple[psutil.Process, psutil.Process]:
-    """(EngineCore, Worker) of a stub's engine."""
+    """(EngineCore, the process that runs the model) of a stub's engine: its Worker where vLLM starts one (always
+    on CPU, and with several GPUs), else the EngineCore itself (vLLM's one-process executor on one GPU)."""
     core = next(c for c in stub.children() if "VLLM::EngineCore" in cmdline(c))
-    return core, next(c for c in core.children() if "VLLM::Worker" in cmdline(c))
+    return core, next((c for c in core.children() if "VLLM::Worker" in cmdline(c)), core)
 
 
 def generate(server: Any, model: str, body: dict[str, Any], timeout: float = 60) -> tuple[int, dict[str, Any]]:

@@ -17,8 +17,10 @@ from pathlib import Path
 import psutil
 import pytest
 import requests
-from helpers import cmdline, engine_of, generate, stub_of, wait_until
-from triton_launcher import shm_in_use
+from helpers import BASE_ENGINE, cmdline, engine_of, generate, snapshot, stub_of, value, wait_until, write_model
+from triton_launcher import gpu_present, shm_in_use
+
+from vllm_triton_observable.metrics import names
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -87,7 +89,7 @@ def start_streams(server, model: str, n: int, max_tokens: int) -> list[Stream]:
 def test_unload_lets_running_streams_finish_and_frees_everything(explicit_server):
     process = stub_of(explicit_server, "life")
     processes, region = tree(process), shm_region(process)
-    assert len(processes) >= 3  # stub, EngineCore, Worker
+    assert len(processes) >= (2 if gpu_present() else 3)  # stub, EngineCore, and a Worker on CPU
     streams = start_streams(explicit_server, "life", n=3, max_tokens=1000)
     assert repository(explicit_server, "unload", "life").status_code == 200
     for s in streams:
@@ -149,3 +151,34 @@ def test_unload_during_an_engine_restart_leaves_no_engine_behind(explicit_server
     survivors = engine_processes(explicit_server) & engines_before
     assert core.pid not in survivors
     assert not ready(explicit_server, "h_restart")
+
+
+def test_a_full_engine_refuses_with_unavailable_and_stays_healthy(explicit_server):
+    """vLLM's admission control (`max_num_queued_reqs`, from vLLM 0.30) refuses a request beyond its limit: the
+    client gets UNAVAILABLE saying a retry may succeed, it counts as `refused` (not `failed`), vLLM counts its
+    rejection, and the health monitor, which never sees request errors, keeps the engine healthy."""
+    vllm_exceptions = pytest.importorskip("vllm.exceptions")
+    if not hasattr(vllm_exceptions, "QueueOverflowError"):
+        pytest.skip("admission control (max_num_queued_reqs) exists from vLLM 0.30 (common/vllm_compat.py)")
+    write_model(explicit_server.model_repo, "admission", {**BASE_ENGINE, "max_num_queued_reqs": 1},
+                params={"REPORT_CUSTOM_METRICS": "true", "ENABLE_VLLM_HEALTH_CHECK": "true"})
+    assert repository(explicit_server, "load", "admission").status_code == 200
+    try:
+        (stream,) = start_streams(explicit_server, "admission", n=1, max_tokens=1000)
+        status, body = generate(explicit_server, "admission", {"text_input": "one too many",
+                                                               "parameters": {"max_tokens": 4}})
+        assert status != 200 and "a retry may succeed" in body["error"], body
+        assert "QueueOverflowError" in body["error"] and "healthy" in body["error"], body
+        stream.join(120)
+        assert all("error" not in e for e in stream.events), stream.events[-1]
+        families = snapshot(explicit_server)
+        assert value(families, names.REQUESTS_FINISHED, model="admission", outcome="refused") == 1
+        assert value(families, names.REQUESTS_FINISHED, model="admission", outcome="failed") == 0
+        assert value(families, names.ENGINE_HEALTHY, model="admission") == 1
+        from vllm.v1.metrics.loggers import PrometheusStatLogger
+
+        if hasattr(PrometheusStatLogger, "record_admission_rejection"):  # the family exists from vLLM 0.32
+            assert value(families, names.VLLM_ADMISSION_REJECTIONS, model="admission",
+                         reason="max_num_queued_reqs") == 1
+    finally:
+        repository(explicit_server, "unload", "admission")

