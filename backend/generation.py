@@ -189,8 +189,9 @@ class GenerationService:
             if last is None or not last.finished:
                 self.responses.send_error(inflight, error)
 
-    def _classify(self, exc: Exception, inflight: InflightRequest, started: bool) -> RequestError:
+    def _classify(self, exc: BaseException, inflight: InflightRequest, started: bool) -> RequestError:
         errors = self._errors
+        exc = errors.cause(exc)
         if isinstance(exc, RequestError):
             return exc
         if isinstance(exc, errors.retryable):

@@ -12,7 +12,10 @@ What stayed the same over the whole window (and so needs nothing here): `AsyncLL
 `generate`/`encode` with `trace_headers`, `abort`, `is_sleeping`, `check_health`, `errored`/`dead_error`,
 `get_supported_tasks`, `shutdown`), `StatLoggerBase.record`, the `PrometheusStatLogger` class attributes
 `_gauge_cls`/`_counter_cls`/`_histogram_cls`, `vllm.inputs.TokensPrompt`, `EngineDeadError` and the
-`AsyncEngineArgs` dataclass. Metric families were only ever added (`FAMILIES_SINCE`).
+`AsyncEngineArgs` dataclass. Metric families were only ever added (`FAMILIES_SINCE`). Two differences need no code
+because the backend reads them from the running vLLM: the sampling parameters a request may send are the installed
+`SamplingParams` fields (`stream_interval` is one from 0.27), and model.json is checked against the installed
+`AsyncEngineArgs` (`max_num_queued_reqs` exists from 0.30).
 
 Imported by every room; it imports vLLM only inside its functions.
 """
@@ -83,12 +86,22 @@ class RequestErrors:
     client: tuple[type[BaseException], ...]  # the request itself is wrong: INVALID_ARG
     generation: tuple[type[BaseException], ...]  # this request failed inside the engine: INTERNAL
     dead: type[BaseException]  # the engine is dead: UNAVAILABLE, and the health monitor acts
+    wrapper: type[BaseException]  # what generate() raises for an exception it did not expect, with that as cause
+
+    def cause(self, exc: BaseException) -> BaseException:
+        """The exception to judge: the one vLLM wrapped, where it wrapped one. In 0.27.1 generate() re-raises only
+        `VLLMClientError` as it is, while structured-output validation still raises a plain `ValueError` ("Invalid
+        JSON grammar specification."), which then arrives wrapped in `EngineGenerateError` (from 0.30 that
+        validation raises `VLLMValidationError`)."""
+        if isinstance(exc, self.wrapper) and exc.__cause__ is not None:
+            return exc.__cause__
+        return exc
 
 
 @functools.cache
 def request_errors() -> RequestErrors:
     from vllm import exceptions
-    from vllm.v1.engine.exceptions import EngineDeadError
+    from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
 
     def present(*names: str) -> tuple[type[BaseException], ...]:
         return tuple(getattr(exceptions, name) for name in names if hasattr(exceptions, name))
@@ -103,4 +116,5 @@ def request_errors() -> RequestErrors:
         # GenerationError: a request-level failure that leaves the engine healthy, from 0.30.
         generation=present("GenerationError"),
         dead=EngineDeadError,
+        wrapper=EngineGenerateError,
     )

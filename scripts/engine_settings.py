@@ -28,6 +28,10 @@ Purpose = Literal["test", "serve", "bench"]
 # Each engine's share of the GPU's memory (vLLM's gpu_memory_utilization) by purpose: a test engine of the tiny
 # model needs well under a GiB; a benchmark engine gets room for a ≈ 1B model and its KV cache, six side by side.
 GPU_MEMORY_SHARE: dict[str, float] = {"test": 0.04, "serve": 0.1, "bench": 0.1}
+# A fixed KV cache per engine: vLLM then sizes no cache from a memory profile, which fails ("Error in memory
+# profiling") when another engine on the same GPU frees memory meanwhile, as engines starting side by side do.
+# 4 GiB holds 128 K tokens of the ≈ 1B model (32 KiB each), 64 streams × 1024 tokens twice over.
+GPU_KV_CACHE_BYTES = 4 * 2**30
 
 
 @functools.cache
@@ -44,10 +48,15 @@ def gpu_present() -> bool:
     return listed.returncode == 0 and "GPU" in listed.stdout
 
 
+def device_settings(purpose: Purpose) -> dict[str, Any]:
+    """The engine arguments that depend on the device, for the project's own models (the samples' model.json files
+    hold the CPU ones)."""
+    if not gpu_present():
+        return {"dtype": "float32", "enforce_eager": True}
+    return {"dtype": "bfloat16", "gpu_memory_utilization": GPU_MEMORY_SHARE[purpose],
+            "kv_cache_memory_bytes": GPU_KV_CACHE_BYTES, "enforce_eager": purpose == "test"}
+
+
 def engine_for(purpose: Purpose, model: Path | str = TINY_MODEL, max_model_len: int = 1024) -> dict[str, Any]:
     """model.json (AsyncEngineArgs) for `model` on this machine's device."""
-    engine: dict[str, Any] = {"model": str(model), "max_model_len": max_model_len}
-    if not gpu_present():
-        return {**engine, "dtype": "float32", "enforce_eager": True}
-    return {**engine, "dtype": "bfloat16", "gpu_memory_utilization": GPU_MEMORY_SHARE[purpose],
-            "enforce_eager": purpose == "test"}
+    return {"model": str(model), "max_model_len": max_model_len, **device_settings(purpose)}

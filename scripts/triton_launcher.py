@@ -25,7 +25,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from engine_settings import TINY_MODEL, engine_for, gpu_present  # noqa: F401 - TINY_MODEL re-exported
+from engine_settings import TINY_MODEL, device_settings, engine_for, gpu_present  # noqa: F401 - TINY_MODEL re-exported
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_REPOSITORY = ROOT / "samples" / "model_repository"
@@ -322,16 +322,23 @@ def examples(http_url: str, model_repo: Path, prompt: str = "What is Triton?") -
 
 
 def device_repository(model_repo: Path) -> Path:
-    """The sample repository as this device runs it: on a GPU, a copy in .build whose model.json has the GPU's
-    engine settings (scripts/engine_settings.py); any other repository is the operator's and is served as it is."""
-    if model_repo.resolve() != SAMPLE_REPOSITORY.resolve() or not gpu_present():
+    """A sample repository of the project's as this device runs it: on a GPU, a copy in .build whose model.json
+    files have the GPU's engine settings (scripts/engine_settings.py), a relative model path made absolute; any
+    other repository is the operator's and is served as it is."""
+    samples = ROOT / "samples"
+    if not gpu_present() or samples.resolve() not in model_repo.resolve().parents:
         return model_repo
-    target = ROOT / ".build" / "serve-repository"
+    target = ROOT / ".build" / f"gpu-{model_repo.name}"
     if target.exists():
         shutil.rmtree(target)
     shutil.copytree(model_repo, target, ignore=shutil.ignore_patterns("tiny-llama*"))
-    for engine_file in target.glob("*/1/model.json"):
-        engine_file.write_text(json.dumps(engine_for("serve"), indent=2) + "\n")
+    for engine_file in target.glob("*/*/model.json"):
+        original = model_repo / engine_file.relative_to(target)
+        engine = json.loads(original.read_text())
+        for key in ("model", "tokenizer"):
+            if isinstance(engine.get(key), str) and (original.parent / engine[key]).exists():
+                engine[key] = str((original.parent / engine[key]).resolve())
+        engine_file.write_text(json.dumps({**engine, **device_settings("serve")}, indent=2) + "\n")
     return target
 
 

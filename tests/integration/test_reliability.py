@@ -40,7 +40,7 @@ def sp(params: dict | str) -> dict:
 
 
 # name → (request body besides text_input, the message the client must get)
-CORPUS: dict[str, tuple[dict, str]] = {
+CORPUS: dict[str, tuple[dict, str | tuple[str, ...]]] = {
     "deeply nested JSON": (sp("[" * 100_000), "sampling_parameters: JSON nested too deeply"),
     "deeply nested object": (sp('{"a":' * 50_000), "sampling_parameters: JSON nested too deeply"),
     "huge JSON": (sp({"junk": "x" * 4_000_000}), "unknown sampling parameter(s) 'junk'"),
@@ -54,7 +54,9 @@ CORPUS: dict[str, tuple[dict, str]] = {
     "NaN literal": (sp('{"temperature": NaN}'), "NaN is not a number JSON allows"),
     "NaN string": (sp({"temperature": "nan"}), "temperature must be a finite number"),
     "infinite top_p": (sp({"top_p": "inf"}), "top_p must be in (0, 1]"),
-    "invalid JSON schema": (sp({"structured_outputs": {"json": "{not json"}}), "Invalid JSON grammar"),
+    # vLLM 0.26's default structured-output backend (guidance) reports json's own error; later ones their sentence
+    "invalid JSON schema": (sp({"structured_outputs": {"json": "{not json"}}),
+                            ("Invalid JSON grammar", "Expecting property name enclosed in double quotes")),
     "invalid regex": (sp({"structured_outputs": {"regex": "(unclosed"}}), "regex"),
     "malformed base64": ({"image": ["not base64!"]}, "image: not valid base64"),
     "truncated image": ({"image": [base64.b64encode(b"\x89PNG\r\n\x1a\n\x00\x00").decode()]},
@@ -169,7 +171,8 @@ def test_bad_input_corpus_beside_well_formed_traffic(server):
                 started = time.monotonic()
                 error = way(server, {"text_input": "Hello", **body})
                 took = time.monotonic() - started
-                if message not in error or "Traceback" in error or ".py" in error:
+                messages = message if isinstance(message, tuple) else (message,)
+                if not any(m in error for m in messages) or "Traceback" in error or ".py" in error:
                     wrong.append(f"{name} via {way.__name__}: {error[:200]}")
                 if took > 2.0:
                     slow.append(f"{name} via {way.__name__}: {took:.2f} s")
@@ -306,4 +309,4 @@ def test_a_cancelled_request_never_runs_to_the_end(server, delay):
     after = snapshot(server)
     assert value(after, names.VLLM_GENERATION_TOKENS, **LABELS) - value(
         before, names.VLLM_GENERATION_TOKENS, **LABELS) < LONG["max_tokens"]
-    assert outcomes(before, after) == {"completed": 0, "cancelled": 1, "rejected": 0, "failed": 0}
+    assert outcomes(before, after) == {"completed": 0, "cancelled": 1, "rejected": 0, "refused": 0, "failed": 0}

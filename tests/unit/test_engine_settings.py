@@ -34,19 +34,27 @@ def test_on_a_gpu_bf16_a_memory_share_each_and_cuda_graphs_outside_the_tests(dev
     assert test["gpu_memory_utilization"] * 12 < 1 and bench["gpu_memory_utilization"] * 6 < 1
 
 
-def test_make_serve_runs_the_sample_with_the_gpus_settings_and_an_operators_repository_as_it_is(device, tmp_path,
-                                                                                                monkeypatch):
-    monkeypatch.setattr(triton_launcher, "ROOT", tmp_path)
+def test_make_serve_runs_the_samples_with_the_gpus_settings_and_an_operators_repository_as_it_is(device, tmp_path,
+                                                                                                 monkeypatch):
+    samples = triton_launcher.SAMPLE_REPOSITORY.parent
     device("cpu")
     assert triton_launcher.device_repository(triton_launcher.SAMPLE_REPOSITORY) == triton_launcher.SAMPLE_REPOSITORY
     device("gpu")
+    build = tmp_path / "root" / ".build"
+    build.mkdir(parents=True)
+    (tmp_path / "root" / "samples").symlink_to(samples)
+    monkeypatch.setattr(triton_launcher, "ROOT", tmp_path / "root")
     served = triton_launcher.device_repository(triton_launcher.SAMPLE_REPOSITORY)
-    assert served == tmp_path / ".build" / "serve-repository"
+    assert served == build / "gpu-model_repository"
     engine = json.loads((served / "vllm_model" / "1" / "model.json").read_text())
-    assert engine == engine_settings.engine_for("serve")
+    assert engine == engine_settings.engine_for("serve")  # the sample's own keys, the GPU's settings
     assert (served / "vllm_model" / "config.pbtxt").read_text() == (
         triton_launcher.SAMPLE_REPOSITORY / "vllm_model" / "config.pbtxt").read_text()
     assert not list(served.glob("*/1/tiny-llama*"))  # the weights stay where they are
+    embed = json.loads((triton_launcher.device_repository(samples / "embedding_repository") / "vllm_embed" / "1"
+                        / "model.json").read_text())
+    assert embed["runner"] == "pooling" and embed["dtype"] == "bfloat16" and embed["model"] == str(
+        engine_settings.TINY_MODEL)
     theirs = tmp_path / "theirs"
     theirs.mkdir()
     assert triton_launcher.device_repository(theirs) == theirs

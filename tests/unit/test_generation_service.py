@@ -231,3 +231,17 @@ def test_a_validation_error_is_the_clients_fault_even_after_the_first_output():
     _, _, sender, _ = serve(FakeEngine([output("a", False)], fail=VLLMValidationError("bad stop string")))
     _, code, message = final(sender)
     assert code == "INVALID_ARG" and "bad stop string" in message
+
+
+def test_a_request_error_that_vllm_wrapped_is_judged_by_its_cause():
+    """vLLM 0.27.1–0.31 wrap structured-output validation's ValueError in EngineGenerateError."""
+    from vllm.v1.engine.exceptions import EngineGenerateError
+
+    wrapped = EngineGenerateError()
+    wrapped.__cause__ = ValueError("Invalid JSON grammar specification.")
+    _, _, sender, _ = serve(FakeEngine(fail=wrapped))
+    _, code, message = final(sender)
+    assert code == "INVALID_ARG" and message == "Invalid JSON grammar specification."
+    _, _, sender, log = serve(FakeEngine(fail=EngineGenerateError()))  # nothing wrapped: vLLM's own failure
+    _, code, message = final(sender)
+    assert code == "INTERNAL" and "EngineGenerateError" in message
