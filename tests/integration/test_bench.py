@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from helpers import ROOT
 
@@ -53,24 +54,32 @@ def test_bench_smoke_run_writes_json(tmp_path):
 def test_a_failing_configuration_stops_the_benchmark_and_every_server(tmp_path):
     """As on the GPU host, where the gRPC client's module was missing: the run ends at the failure with the error
     shown and a non-zero exit, and no server it started is left running (it once hung for minutes with them up)."""
+    import shutil
+    import tempfile
     import time
 
     import psutil
 
+    # the benchmark's repositories, and so vLLM's IPC sockets, go under TMPDIR: a short one (a socket path may have
+    # 107 characters at most)
+    short = Path(tempfile.mkdtemp(prefix="bf-", dir="/tmp"))
     shadow = tmp_path / "shadow" / "tritonclient"
     (shadow / "grpc").mkdir(parents=True)
     (shadow / "__init__.py").write_text("")
     (shadow / "grpc" / "__init__.py").write_text("raise ImportError('tritonclient.grpc hidden by the test')\n")
-    env = {**os.environ, "PYTHONPATH": str(tmp_path / "shadow"), "TMPDIR": str(tmp_path)}
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "bench.py"), "--configs", "h,c", "--rounds", "2", "--warmup", "0",
-         "--tokens", "4", "--concurrency", "2", "--output", str(tmp_path / "bench.json")],
-        capture_output=True, text=True, timeout=600, env=env)
-    ended = time.monotonic()
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "shadow"), "TMPDIR": str(short)}
+    try:
+        result = subprocess.run(
+            [sys.executable, str(ROOT / "scripts" / "bench.py"), "--configs", "h,c", "--rounds", "2", "--warmup", "0",
+             "--tokens", "4", "--concurrency", "2", "--output", str(tmp_path / "bench.json")],
+            capture_output=True, text=True, timeout=600, env=env)
+        ended = time.monotonic()
+        left = [p.pid for p in psutil.process_iter(["cmdline"]) if str(short) in " ".join(p.info["cmdline"] or [])]
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
     output = result.stdout + result.stderr
     assert result.returncode == 1, output[-3000:]
     assert "tritonclient.grpc hidden by the test" in output and "every server it started is stopped" in output
     assert "h (Triton HTTP SSE, metrics on)" in output  # the configuration before it ran
     assert not (tmp_path / "bench.json").exists()
-    left = [p.pid for p in psutil.process_iter(["cmdline"]) if str(tmp_path) in " ".join(p.info["cmdline"] or [])]
     assert not left, f"still running {time.monotonic() - ended:.1f} s after the benchmark ended: {left}"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -57,3 +58,62 @@ def test_an_environment_that_has_everything_is_used_as_it_is(tmp_path):
 def test_a_name_that_is_no_interpreter_is_refused(tmp_path):
     result = setup_with("/nonexistent/python3", "serve", tmp_path)
     assert result.returncode == 2 and "is not an interpreter on this machine" in result.stdout
+
+
+HIDE_TVM_FFI = '''"""A vLLM general plugin (loaded in every vLLM process: the stub's frontend, the EngineCore, the
+worker) that makes `import tvm_ffi` fail, as on the GPU host when apache-tvm-ffi was missing: xgrammar, which vLLM's
+engine imports, cannot be imported."""
+import sys
+
+
+class _Hide:
+    def find_spec(self, name, path=None, target=None):
+        if name == "tvm_ffi" or name.startswith("tvm_ffi."):
+            raise ImportError("No module named 'tvm_ffi' (hidden by the test)")
+        return None
+
+
+def register():
+    if not any(isinstance(finder, _Hide) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _Hide())
+    for name in [m for m in sys.modules if m.split(".")[0] in ("tvm_ffi", "xgrammar")]:
+        del sys.modules[name]
+'''
+
+
+def test_a_missing_module_of_vllm_fails_the_load_at_once_with_the_cause(tmp_path):
+    """With `tvm_ffi` unimportable in every vLLM process, as on the GPU host, importing vLLM's engine fails
+    (xgrammar, its structured-output backend, needs it): the load fails within seconds, naming the module, where it
+    once sat in "loading" until killed (the import ran outside the start's error handling)."""
+    import shutil
+
+    import requests
+    from helpers import server_env, wait_until, write_model
+    from triton_launcher import TritonServer
+
+    backends = tmp_path / "backends"
+    shutil.copytree(os.environ["BACKEND_DIR"], backends, symlinks=True)
+    (backends / "vllm" / "hide_tvm_ffi.py").write_text(HIDE_TVM_FFI)
+    info = backends / "vllm" / "hide_tvm_ffi-0.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: hide-tvm-ffi\nVersion: 0.0\n")
+    (info / "entry_points.txt").write_text("[vllm.general_plugins]\nhide_tvm_ffi = hide_tvm_ffi:register\n")
+    # vLLM loads its general plugins when the engine arguments are built, in the stub, before the engine's import
+    repo = tmp_path / "repository"
+    write_model(repo, "structured")
+    with TritonServer(repo, env={**server_env(), "BACKEND_DIR": str(backends)},
+                      extra_args=["--exit-on-error=false"]) as triton:
+        started = time.monotonic()
+
+        def state() -> dict:
+            try:
+                index = requests.post(f"{triton.http_url}/v2/repository/index", json={}, timeout=5).json()
+            except requests.RequestException:
+                return {}
+            return next((m for m in index if m["name"] == "structured"), {})
+
+        wait_until(lambda: state().get("state") == "UNAVAILABLE", timeout=300)
+        took = time.monotonic() - started
+        reason = state()["reason"]
+        assert "the vLLM engine failed to start: ImportError: No module named 'tvm_ffi'" in reason, reason
+        assert took < 120, f"the load took {took:.0f} s to fail"
