@@ -63,7 +63,7 @@ class EngineRunner:
         """Start the loop and the first engine; raise with the cause, at the latest after the start timeout."""
         self._thread.start()
         try:
-            self._build(self._start_timeout_s)
+            self._build()
         except Exception as exc:
             self._stop_loop()
             raise exc if isinstance(exc, EngineStartError) else EngineStartError(
@@ -75,9 +75,9 @@ class EngineRunner:
             old, self.engine = self.engine, None
         if old is not None:
             self._shutdown_engine(old)
-        self._build(self._start_timeout_s)
+        self._build()
 
-    def _build(self, timeout: float) -> None:
+    def _build(self) -> None:
         """Build an engine, attach it to the loop and warm it up; only then is it `self.engine`.
 
         Until that moment `_building` holds its future, so a shutdown() meanwhile waits for it and shuts it down."""
@@ -86,7 +86,8 @@ class EngineRunner:
                 raise EngineStartError("the model is being unloaded")
             future: concurrent.futures.Future[Any] = concurrent.futures.Future()
             self._building = future
-        deadline = time.monotonic() + timeout  # for the start and the warm-up together
+        timeout = self._start_timeout_s  # ENGINE_START_TIMEOUT_S, for the start and the warm-up together
+        deadline = time.monotonic() + timeout
         threading.Thread(target=self._create, args=(future,), name="vllm-engine-start", daemon=True).start()
         try:
             engine = future.result(timeout)

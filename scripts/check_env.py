@@ -20,6 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+PY_VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"  # what libpython and Triton's stub must match
 
 # (import name, distribution to install, what needs it)
 SERVE = [
@@ -85,10 +86,9 @@ def numpy_problem() -> str | None:
 def libpython_problem() -> str | None:
     """The stub embeds this interpreter: it must find a shared libpython of the same version."""
     libdir = sysconfig.get_config_var("LIBDIR") or ""
-    version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    if list(Path(libdir).glob(f"libpython{version}*.so*")):
+    if list(Path(libdir).glob(f"libpython{PY_VERSION}*.so*")):
         return None
-    return (f"libpython{version}.so (not in {libdir}): Triton's Python stub loads the interpreter's shared library; "
+    return (f"libpython{PY_VERSION}.so (not in {libdir}): Triton's Python stub loads the interpreter's shared library; "
             "install the distribution's libpython package or use a Python built with --enable-shared")
 
 
@@ -96,9 +96,8 @@ def triton_problem() -> str | None:
     server = os.environ.get("TRITONSERVER", "")
     if server and os.access(server, os.X_OK):
         stubs = Path(os.environ.get("TRITON_HOME", "")) / "python_backend_stubs"
-        version = f"{sys.version_info.major}.{sys.version_info.minor}"
-        if stubs.is_dir() and not (stubs / version / "triton_python_backend_stub").exists():
-            return f"Triton's Python stub for Python {version} (not in {stubs}): use a Python it has a stub for"
+        if stubs.is_dir() and not (stubs / PY_VERSION / "triton_python_backend_stub").exists():
+            return f"Triton's Python stub for Python {PY_VERSION} (not in {stubs}): use a Python it has a stub for"
         return None
     return ("tritonserver (install nvidia-pytriton==0.7.0 with --no-deps, or run in an NGC Triton container with "
             "/opt/tritonserver): the server")

@@ -175,9 +175,9 @@ def test_a_full_engine_refuses_with_unavailable_and_stays_healthy(explicit_serve
         assert value(families, names.REQUESTS_FINISHED, model="admission", outcome="refused") == 1
         assert value(families, names.REQUESTS_FINISHED, model="admission", outcome="failed") == 0
         assert value(families, names.ENGINE_HEALTHY, model="admission") == 1
-        from vllm.v1.metrics.loggers import PrometheusStatLogger
+        from vllm_triton_observable.metrics.catalogue import vllm_families
 
-        if hasattr(PrometheusStatLogger, "record_admission_rejection"):  # the family exists from vLLM 0.32
+        if names.VLLM_ADMISSION_REJECTIONS in {f.name for f in vllm_families(BASE_ENGINE)}:  # from vLLM 0.32
             assert value(families, names.VLLM_ADMISSION_REJECTIONS, model="admission",
                          reason="max_num_queued_reqs") == 1
     finally:
