@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from observability.config import Config, DashboardUID, LatencySLO
-from observability.promql import ANSWERED, TRITON_REFUSED, age, error_ratio
+from observability.promql import ANSWERED, TRITON_REFUSED, age, error_ratio, le_matcher
 from vllm_triton_observable.metrics import names
-from vllm_triton_observable.metrics.registry import le_label
+from vllm_triton_observable.metrics.registry import triton_le_label
 
 # Grouping labels: Prometheus' target labels, then the backend's. FLEET is a model over all its replicas (the
 # targets of one scrape job): user-facing ratios and SLOs are judged there; per-replica faults per INSTANCE.
@@ -78,7 +78,7 @@ def enough_traffic(config: Config, counter: str, window: str, extra: str = "") -
 def recording_rules(config: Config) -> list[RecordingRule]:
     rules = []
     for slo in config.slos:
-        le = f'le="{le_label(slo.threshold_s)}"'
+        le = le_matcher(triton_le_label(slo.threshold_s))
         good = f"{slo.histogram}_bucket{selector(config, le)}"
         total = f"{slo.histogram}_count{selector(config)}"
         for window in SLO_WINDOWS:

@@ -53,6 +53,7 @@ class GenerationService:
         decoupled: bool = True,
         tracer: Any = None,
         trace_attributes: dict[str, Any] | None = None,
+        exemplars: Callable[[tuple[int, int], Any], None] | None = None,
     ) -> None:
         from vllm.sampling_params import RequestOutputKind
 
@@ -67,6 +68,9 @@ class GenerationService:
         # metrics.tracing.RequestTracer when tritonserver traces in OpenTelemetry mode, else None (no spans at all)
         self._tracer = tracer
         self._trace_attributes = trace_attributes or {}
+        # metrics.exemplars.ExemplarStore.request_finished with OTLP metrics and tracing on: a traced request's
+        # (trace id, span id) and vLLM's own timings of it (RequestOutput.metrics)
+        self._exemplars = exemplars
         self.responses = ResponseThread(io, self._abort, self._finished, log.error)
 
     # -- Triton's execute thread ----------------------------------------------------------------
@@ -176,6 +180,8 @@ class GenerationService:
             if last is not None and last.finished:
                 if usage is not None:
                     span.set(usage.attributes(last))
+                    if self._exemplars is not None:
+                        self._exemplars(span.ids(), getattr(last, "metrics", None))
                 final(last)
                 return
             self._log.error(f"request {inflight.request_id}: vLLM's output stream ended without a final output")

@@ -86,6 +86,7 @@ class ModelInstance:
         gc.freeze()
         self.service = GenerationService(self.runner, PbTritonIO(), self.lora, self.log, self._finished,
                                          decoupled=decoupled, tracer=self.tracer,
+                                         exemplars=self._exemplar_sink(),
                                          trace_attributes={names.TRACE_MODEL_ATTRIBUTE: args["model_name"],
                                                            "triton.model_version": args["model_version"],
                                                            "gen_ai.request.model": args["model_name"]})
@@ -105,6 +106,9 @@ class ModelInstance:
         """One clear line saying whether metrics are on and, if not, which switch is off."""
         import triton_python_backend_utils as pb_utils
 
+        if self.settings.otlp_metrics and not self.settings.report_custom_metrics:
+            raise ConfigError('config.pbtxt parameter OTLP_METRICS: "true" needs REPORT_CUSTOM_METRICS "true" (the '
+                              "OTLP metrics are the same registry Triton's endpoint shows)")
         reason = gate(self.settings.report_custom_metrics, engine_config)
         if reason is None and not MetricsExporter.server_allows_metrics(pb_utils):
             reason = "tritonserver runs with --allow-metrics=false"
@@ -113,7 +117,14 @@ class ModelInstance:
             return None
         self.log.info(f"metrics: on for {args['model_name']} (REPORT_CUSTOM_METRICS is true): vLLM's families "
                       "and vllm_triton_* on Triton's metrics endpoint")
-        return MetricsExporter(pb_utils, args, self.log.error)
+        return MetricsExporter(pb_utils, args, self.log.error, self.settings.per_token_histograms,
+                               otlp=self.settings.otlp_metrics)
+
+    def _exemplar_sink(self) -> Any:
+        """Where traced requests' timings go when OTLP metrics carry exemplars (OTLP_METRICS and tracing on)."""
+        if self.tracer is None or self.metrics is None or self.metrics.exemplars is None:
+            return None
+        return self.metrics.exemplars.request_finished
 
     def _tracer(self, args: dict[str, str], engine_config: dict[str, Any]) -> RequestTracer | None:
         """Spans when tritonserver traces in OpenTelemetry mode; vLLM's own span joins them unless model.json

@@ -35,6 +35,13 @@ def parse_positive(name: str, value: str, kind: type = float, allow_zero: bool =
     return number
 
 
+def parse_choice(name: str, value: str, choices: tuple[str, ...]) -> str:
+    lowered = value.strip().lower()
+    if lowered not in choices:
+        raise ConfigError(f"config.pbtxt parameter {name}: {value!r}; use {' or '.join(choices)}")
+    return lowered
+
+
 def config_parameters(model_config: dict[str, Any]) -> dict[str, str]:
     """`parameters { key: "X" value: { string_value: "Y" } }` as a plain dict."""
     return {

@@ -8,7 +8,7 @@ from grafana_foundation_sdk.models.dashboard import DashboardCursorSync, Variabl
 from dashboards.panels import DATASOURCE
 from observability.config import Config
 from vllm_triton_observable.metrics import names
-from vllm_triton_observable.metrics.registry import le_label
+from vllm_triton_observable.metrics.registry import triton_le_label
 
 TAGS = ["vllm", "triton", "llm", "generated"]
 
@@ -21,10 +21,11 @@ def _label_variable(name: str, label: str, query: str) -> QueryVariable:
 
 
 def _slo_variable(name: str, label: str, buckets: tuple[float, ...], default: float) -> CustomVariable:
-    """An SLO threshold to pick among the histogram's buckets (any other value would match no bucket)."""
-    values = [le_label(b) for b in buckets]
+    """An SLO threshold to pick among the histogram's buckets (any other value would match no bucket), spelled as
+    Triton writes it (the queries match vLLM's spelling too: observability.promql.le_matcher)."""
+    values = [triton_le_label(b) for b in buckets]
     return (CustomVariable(name).label(label).values(",".join(values))
-            .current(VariableOption(selected=True, text=le_label(default), value=le_label(default))))
+            .current(VariableOption(selected=True, text=triton_le_label(default), value=triton_le_label(default))))
 
 
 def dashboard(uid: str, title: str, description: str, config: Config, slo_buckets: dict[str, tuple[float, ...]]

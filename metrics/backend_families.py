@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from ..common.vocabulary import Outcome
 from . import names
+from .publisher import PublishCost
 from .registry import InstanceRegistry, Kind
 
 INFO_HELP = "Backend build and switches; always 1."
@@ -46,6 +47,35 @@ class BackendFamilies:
         self.last_record = gauge(names.LAST_RECORD_TIMESTAMP,
                                  "Unix time vLLM last reported engine stats, i.e. its last engine step with output "
                                  "(0 before the first; ages with time() - ..., growing while the engine is idle).")
+
+        self.publishes = counter(names.METRICS_PUBLISHES, "Publishes of this instance's metrics to Triton "
+                                 "(one per interval; the cost families below divided by this are per publish).")
+        calls = counter(names.METRICS_PUBLISH_CALLS, "Triton custom-metric calls made to publish, by operation "
+                        "(observe replays histograms, increment sends counters and gauges, set mends a gauge).",
+                        labelnames=[names.OPERATION])
+        self.publish_calls = {operation: calls.labels(operation) for operation in ("observe", "increment", "set")}
+        self.publish_wall = counter(names.METRICS_PUBLISH_WALL, "Wall-clock time the publisher thread spent "
+                                    "publishing (off vLLM's event loop: Triton's observe and increment release the "
+                                    "GIL).")
+        self.publish_cpu = counter(names.METRICS_PUBLISH_CPU, "CPU time the publisher thread spent publishing.")
+
+        self.otlp_exports = counter(names.OTLP_METRIC_EXPORTS, "Exports of this instance's metrics over OTLP "
+                                    "(config.pbtxt OTLP_METRICS; 0 when off).")
+        self.otlp_failed = counter(names.OTLP_METRIC_EXPORTS_FAILED, "OTLP metric exports that failed (no "
+                                   "receiver, an error answer or a timeout); the next interval sends a new snapshot.")
+
+    def otlp_exported(self, ok: bool) -> None:
+        self.otlp_exports.inc()
+        if not ok:
+            self.otlp_failed.inc()
+
+    def published(self, cost: PublishCost) -> None:
+        """Called by the publisher after each flush: the cost shows at the next one."""
+        self.publishes.inc()
+        for operation, count in cost.calls.items():
+            self.publish_calls[operation].inc(count)
+        self.publish_wall.inc(cost.wall_s)
+        self.publish_cpu.inc(cost.cpu_s)
 
     def request_finished(self, outcome: Outcome) -> None:
         self.finished[outcome].inc()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -10,7 +11,10 @@ from ..common.vocabulary import Outcome
 from . import names
 from .backend_families import INFO_HELP, BackendFamilies, BackendInfo
 from .errors import MetricErrors
-from .publisher import TritonPublisher
+from .exemplars import ExemplarStore
+from .exposition_file import exposition_path, write_exposition
+from .otlp_metrics import OtlpMetricsExporter
+from .publisher import PublishCost, TritonPublisher
 from .registry import InstanceRegistry
 from .stat_logger import stat_logger_class
 
@@ -33,8 +37,16 @@ def triton_labels(args: dict[str, str]) -> dict[str, str]:
 
 
 class MetricsExporter:
-    def __init__(self, pb_utils: Any, args: dict[str, str], log_error: Callable[[str], None]) -> None:
+    def __init__(self, pb_utils: Any, args: dict[str, str], log_error: Callable[[str], None],
+                 per_token_histograms: str = "series", otlp: bool = False) -> None:
         self.registry = InstanceRegistry(triton_labels(args))
+        self._as_series = names.PER_TOKEN_HISTOGRAMS if per_token_histograms == "series" else ()
+        self._exposition = exposition_path(self.registry.constant_labels[names.MODEL_INSTANCE])
+        # OTLP_METRICS: exemplars recorded by the generation service for traced requests, sent with the registry
+        self.exemplars = ExemplarStore(lambda family: self.registry.specs[family].buckets) if otlp else None
+        self._otlp: OtlpMetricsExporter | None = None
+        # read now: enabling tracing sets OTEL_SERVICE_NAME for vLLM's own spans later in the load
+        self._service = os.environ.get("OTEL_SERVICE_NAME", names.TRACE_SERVICE)
         self.errors = MetricErrors(self.registry, log_error)
         self._pb = pb_utils
         self._publisher: TritonPublisher | None = None
@@ -65,9 +77,21 @@ class MetricsExporter:
     def start(self, info: BackendInfo, inflight_count: Callable[[], int]) -> None:
         self.families = BackendFamilies(self.registry, info, inflight_count)
         self._publisher = TritonPublisher(self.registry, self._pb, self.errors, PUBLISH_INTERVAL_S,
-                                          before_flush=self.families.refresh)
+                                          before_flush=self.families.refresh, as_series=self._as_series,
+                                          on_cost=self._published)
         self._publisher.flush()  # every family is on /metrics by the time the model is READY
         self._publisher.start()
+        if self.exemplars is not None:
+            self._otlp = OtlpMetricsExporter(self.registry.collect, self.registry.constant_labels,
+                                             {"service.name": self._service}, self.exemplars,
+                                             on_export=self.families.otlp_exported)
+            self._otlp.start()
+
+    def _published(self, cost: PublishCost) -> None:
+        if self.families is not None:
+            self.families.published(cost)
+        if self._exposition is not None:
+            write_exposition(self.registry, self._exposition)
 
     def request_finished(self, outcome: Outcome) -> None:
         if self.families is not None:
@@ -78,6 +102,9 @@ class MetricsExporter:
             self.families.spans_dropped.inc(count)
 
     def stop(self) -> None:
+        if self._otlp is not None:
+            self._otlp.stop()
+            self._otlp = None
         if self._publisher is not None:
             self._publisher.stop()
             self._publisher = None

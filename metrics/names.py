@@ -13,6 +13,14 @@ INFO = "vllm_triton_info"
 REQUESTS_IN_FLIGHT = "vllm_triton_requests_in_flight"
 REQUESTS_FINISHED = "vllm_triton_requests_finished_total"
 METRICS_ERRORS = "vllm_triton_metrics_errors_total"
+# What publishing to Triton costs: calls by operation, and the publisher thread's time (metrics.publisher).
+METRICS_PUBLISHES = "vllm_triton_metrics_publishes_total"
+METRICS_PUBLISH_CALLS = "vllm_triton_metrics_publish_calls_total"
+METRICS_PUBLISH_WALL = "vllm_triton_metrics_publish_wall_seconds_total"
+METRICS_PUBLISH_CPU = "vllm_triton_metrics_publish_cpu_seconds_total"
+# OTLP_METRICS: exports of the registry over OTLP/HTTP (metrics.otlp_metrics), and those that failed.
+OTLP_METRIC_EXPORTS = "vllm_triton_otlp_metric_exports_total"
+OTLP_METRIC_EXPORTS_FAILED = "vllm_triton_otlp_metric_exports_failed_total"
 # Liveness as Unix timestamps: ages are computed in PromQL with time(), so a wedged stub (whose last published
 # values Triton keeps exporting) shows as stale instead of frozen at a healthy age.
 LAST_RECORD_TIMESTAMP = "vllm_triton_metrics_last_record_timestamp_seconds"
@@ -56,6 +64,9 @@ VLLM_INFERENCE_TIME = "vllm:request_inference_time_seconds"
 VLLM_REQUEST_PROMPT_TOKENS = "vllm:request_prompt_tokens"
 VLLM_REQUEST_GENERATION_TOKENS = "vllm:request_generation_tokens"
 VLLM_REQUEST_PARAMS_N = "vllm:request_params_n"
+# The histograms observed once per generated token: replaying them as Triton histograms costs a round trip per
+# token, so PER_TOKEN_HISTOGRAMS chooses how they are published (docs/benchmarks.md has the numbers).
+PER_TOKEN_HISTOGRAMS = (VLLM_INTER_TOKEN_LATENCY, VLLM_TIME_PER_OUTPUT_TOKEN_OFFICIAL)
 # The 8 families the official backend exports: dashboards built on it keep working here.
 OFFICIAL_BACKEND_FAMILIES = (VLLM_PROMPT_TOKENS, VLLM_GENERATION_TOKENS, VLLM_TTFT, VLLM_TIME_PER_OUTPUT_TOKEN_OFFICIAL,
                              VLLM_E2E_LATENCY, VLLM_REQUEST_PROMPT_TOKENS, VLLM_REQUEST_GENERATION_TOKENS,
@@ -91,6 +102,7 @@ ENGINE = "engine"  # vLLM's engine index
 OUTCOME = "outcome"  # REQUESTS_FINISHED: common.vocabulary.Outcome
 STATE = "state"  # ENGINE_HEALTH_STATE: common.vocabulary.HealthState
 STAGE = "stage"  # METRICS_ERRORS: record or publish
+OPERATION = "operation"  # METRICS_PUBLISH_CALLS: observe, increment or set
 FINISHED_REASON = "finished_reason"  # VLLM_REQUEST_SUCCESS
 REASON = "reason"  # TRITON_FAILURE
 SOURCE = "source"  # VLLM_PROMPT_TOKENS_BY_SOURCE and _CACHED_BY_SOURCE

@@ -14,8 +14,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from .histogram import ReplayableHistogram
 from .official_names import ALIASES, renamed
 
 
@@ -30,6 +31,16 @@ def le_label(bound: float) -> str:
     from prometheus_client.utils import floatToGoString
 
     return floatToGoString(bound)
+
+
+def triton_le_label(bound: float) -> str:
+    """The same bound as Triton's exposition writes it (prometheus-cpp's `%.16g`: 1 and 1000000 where vLLM writes
+    1.0 and 1000000.0; seen on Triton 2.51).
+
+    Prometheus 3 normalizes `le` to vLLM's form when it scrapes; Prometheus 2 stores what it reads, so queries
+    that pick one bucket match both spellings (observability.promql.le_matcher).
+    """
+    return "+Inf" if bound == float("inf") else f"{bound:.16g}"
 
 
 def exposed_name(name: str, kind: Kind) -> str:
@@ -57,7 +68,7 @@ class FamilySpec:
         return (self.name,)
 
 
-_BASES: dict[Kind, type] = {Kind.COUNTER: Counter, Kind.GAUGE: Gauge, Kind.HISTOGRAM: Histogram}
+_BASES: dict[Kind, type] = {Kind.COUNTER: Counter, Kind.GAUGE: Gauge, Kind.HISTOGRAM: ReplayableHistogram}
 
 
 class InstanceRegistry(CollectorRegistry):
@@ -96,6 +107,17 @@ class InstanceRegistry(CollectorRegistry):
             alias = ALIASES.get(family.name)
             if alias is not None:
                 yield renamed(family, alias)
+
+    def histograms(self) -> Iterator[tuple[str, str, ReplayableHistogram]]:
+        """(family name, documentation, histogram) of every histogram, and of each aliased one under its alias."""
+        with self._lock:
+            collectors = list(self._collector_to_names)
+        for collector in collectors:
+            if isinstance(collector, ReplayableHistogram):
+                yield collector._name, collector._documentation, collector
+                alias = ALIASES.get(collector._name)
+                if alias is not None:
+                    yield alias.name, alias.documentation, collector
 
     def classes(self) -> dict[Kind, type]:
         """prometheus_client's Counter, Gauge and Histogram, registering in this registry by default."""

@@ -94,6 +94,11 @@ class RequestSpan:
         TraceContextTextMapPropagator().inject(carrier, context=trace.set_span_in_context(self._span))
         return carrier
 
+    def ids(self) -> tuple[int, int]:
+        """(trace id, span id), as exemplars carry them."""
+        context = self._span.get_span_context()
+        return context.trace_id, context.span_id
+
     def rename(self, name: str) -> None:
         self._span.update_name(name)
 

@@ -64,7 +64,16 @@ def age(timestamp: str, selector: str, by: str) -> str:
     return f"time() - max by ({by}) ({sel(timestamp, selector)})"
 
 
+def le_matcher(le: str) -> str:
+    """The bucket `le` (Triton's spelling, metrics.registry.triton_le_label: `60`) in either spelling.
+
+    Triton's histogram families write a bound as `60` where vLLM's exposition (and a histogram published as its
+    series) writes `60.0`; Prometheus 3 normalizes both to `60.0` when it scrapes, Prometheus 2 keeps what it read.
+    """
+    return f'le=~"{le}(\\\\.0)?"'
+
+
 def attainment(histogram: str, selector: str, le: str, by: str = "") -> str:
     """Share of observations at or under the bucket `le` (an SLO's good events over all events)."""
-    return ratio(sum_rate(histogram + "_bucket", selector, by, extra=f'le="{le}"'),
+    return ratio(sum_rate(histogram + "_bucket", selector, by, extra=le_matcher(le)),
                  sum_rate(histogram + "_count", selector, by))

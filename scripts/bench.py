@@ -10,7 +10,9 @@ drift, and whatever the configuration before leaves behind, hits each one from b
   d  metrics and the health monitor on, gRPC streaming
   e  metrics on, and every request traced (Triton, this backend and vLLM export OTLP spans to a sink)
   f  e's model, requests not traced: e's partner for tracing_on_over_off
-b, c, d are three models of one tritonserver and h is c's model over HTTP. e and f run on a second tritonserver
+  g  metrics on with PER_TOKEN_HISTOGRAMS "histogram" (the per-token histograms replayed as Triton histograms,
+     one observe() per token), gRPC streaming: c's partner for per_token_histograms_over_series
+b, c, d, g are models of one tritonserver and h is c's model over HTTP. e and f run on a second tritonserver
 in OpenTelemetry mode with `rate=0`, which traces exactly the requests that carry a W3C `traceparent`: e sends a
 new one with every request, f none. So tracing is measured on one engine, one model and one server, traced and
 not, round by round (two servers of the same configuration differ by up to ± 3 % in a long run: their engines do
@@ -63,7 +65,10 @@ CONFIGS = {  # key: (label, the Triton model's config.pbtxt parameters, or None 
     "d": ("Triton, metrics + health", {"REPORT_CUSTOM_METRICS": "true", "ENABLE_VLLM_HEALTH_CHECK": "true"}),
     "e": ("Triton, metrics + tracing", {"REPORT_CUSTOM_METRICS": "true"}),
     "f": ("Triton, metrics, untraced beside e", None),  # model bench_e, no traceparent
+    "g": ("Triton, metrics on, per-token histograms native",
+          {"REPORT_CUSTOM_METRICS": "true", "PER_TOKEN_HISTOGRAMS": "histogram"}),
 }
+METRICS_ON = {"c", "d", "e", "f", "g"}  # scraped while measured; their publish cost is read per round
 TRACED = {"e", "f"}  # served by the tritonserver in OpenTelemetry mode
 SAME_MODEL = {"h": "c", "f": "e"}  # configurations that measure another's model (another client, or untraced)
 PROMPT = "Benchmark request {i}: the quick brown fox jumps over the lazy dog while the server streams tokens."
@@ -80,6 +85,7 @@ class Run:
     scrape: list[float] = field(default_factory=list)
     peak_rss_mib: float = 0.0
     cpu_s: dict[str, float] = field(default_factory=dict)  # CPU seconds per process name, client included
+    publish: dict[str, float] = field(default_factory=dict)  # the metrics publisher's cost in the round
     errors: int = 0
 
     @property
@@ -409,6 +415,8 @@ def summarize(runs: list[Run]) -> dict:
                                                              for r in runs if r.tokens)
                                      for name in sorted({n for r in runs for n in r.cpu_s})},
         "errors": sum(r.errors for r in runs),
+        "publish": {name: median_range([r.publish.get(name) for r in runs])
+                    for name in sorted({n for r in runs for n in r.publish})},
         "rounds": [asdict(r) | {"tokens_per_s": r.tokens_per_s, "cpu_ms_per_token": r.cpu_ms_per_token}
                    for r in runs],
     }
@@ -454,6 +462,33 @@ def machine() -> dict:
             "python": platform.python_version(), "vllm": vllm.__version__, "platform": platform.platform(),
             "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE"),
             "VLLM_CPU_NUM_OF_RESERVED_CPU": os.environ.get("VLLM_CPU_NUM_OF_RESERVED_CPU", "vLLM default")}
+
+
+def publish_counters(server: TritonServer, model: str) -> dict[str, float]:
+    """The publisher's own cost families (metrics.publisher) of one model, summed over its instances."""
+    import requests
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from vllm_triton_observable.metrics import names
+
+    wanted = {names.METRICS_PUBLISHES: "publishes", names.METRICS_PUBLISH_WALL: "wall_s",
+              names.METRICS_PUBLISH_CPU: "cpu_s", names.METRICS_PUBLISH_CALLS: "calls"}
+    text = requests.get(server.metrics_url, timeout=10).text
+    totals = dict.fromkeys(wanted.values(), 0.0)
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in wanted and sample.labels.get("model") == model:
+                totals[wanted[sample.name]] += sample.value
+    return totals
+
+
+def publish_cost(before: dict[str, float], after: dict[str, float], seconds: float) -> dict[str, float]:
+    """Per round: Triton calls per second of the round's traffic, the publisher thread's wall and CPU ms per
+    publish."""
+    publishes = max(after["publishes"] - before["publishes"], 1.0)
+    return {"calls_per_s": (after["calls"] - before["calls"]) / seconds if seconds else 0.0,
+            "wall_ms_per_publish": 1000 * (after["wall_s"] - before["wall_s"]) / publishes,
+            "cpu_ms_per_publish": 1000 * (after["cpu_s"] - before["cpu_s"]) / publishes}
 
 
 def spans_dropped(server: TritonServer) -> float:
@@ -581,6 +616,16 @@ def table(results: dict, ratios: dict) -> str:
     for key, result in results.items():
         by_role = result["cpu_ms_per_token_by_role"]
         rows.append(f"| {key}: {CONFIGS[key][0]} | " + " | ".join(fmt(by_role.get(r), 3) for r in roles) + " |")
+    published = {key: result["publish"] for key, result in results.items() if result.get("publish")}
+    if published:
+        rows += ["", "The metrics publisher (medians of the rounds): Triton calls per second of traffic, its "
+                 "thread's wall and CPU ms per publish (one a second), and how long after the round Triton's values "
+                 "had caught up (two publishes at the least):", "",
+                 "| config | calls / s | wall ms / publish | CPU ms / publish | caught up after (s) |",
+                 "|---|---|---|---|---|"]
+        rows += [f"| {key}: {CONFIGS[key][0]} | {fmt(p['calls_per_s']['median'])} | "
+                 f"{fmt(p['wall_ms_per_publish']['median'], 1)} | {fmt(p['cpu_ms_per_publish']['median'], 1)} | "
+                 f"{fmt(p['catch_up_s']['median'], 1)} |" for key, p in published.items()]
     rows.append("")
     rows += [f"{name}: {fmt(value, 3) if 'ratio' in name or 'over' in name else fmt(value, 1)}"
              for name, value in ratios.items()]
@@ -594,6 +639,8 @@ def measure(key: str, concurrency: int, tokens: int, servers: dict[str, Any], en
     sampler = RssSampler(pids)
     cpu_pids = pids if key == "a" else [*pids, os.getpid()]  # servers: the client's CPU too
     time.sleep(settle)
+    counted = servers.get(server_of(key)) if key in METRICS_ON else None  # its publish cost is read
+    published = publish_counters(counted, f"bench_{model_of(key)}") if counted is not None else None
     cpu_before = cpu_seconds(cpu_pids)
     sampler.start()
     if key == "a":
@@ -605,15 +652,33 @@ def measure(key: str, concurrency: int, tokens: int, servers: dict[str, Any], en
                                                         tokens))
     else:
         run = loop.run_until_complete(triton_round(servers[server_of(key)], f"bench_{model_of(key)}", concurrency,
-                                                   tokens, scrape=key in ("c", "d", "e", "f"), traced=key == "e"))
+                                                   tokens, scrape=key in METRICS_ON, traced=key == "e"))
     sampler.stop.set()
     sampler.join()
     run.peak_rss_mib = sampler.peak
     run.cpu_s = cpu_used(cpu_before, cpu_seconds(cpu_pids))
+    if published is not None:
+        run.publish = caught_up(counted, f"bench_{model_of(key)}", published, run.seconds)
     return run
 
 
-ON_OFF = {"metrics_on_over_off": ("c", "b"), "health_on_over_off": ("d", "c"), "tracing_on_over_off": ("e", "f")}
+def caught_up(server: TritonServer, model: str, before: dict[str, float], seconds: float,
+              limit_s: float = 120.0) -> dict[str, float]:
+    """The round's publish cost once the publisher has sent all of the round's changes: two more publishes after
+    the round ended (the second reports the first's cost), and how long that took (`catch_up_s`: how far Triton's
+    values lagged behind the engine's at the end of the round)."""
+    ended = time.monotonic()
+    target = publish_counters(server, model)["publishes"] + 2
+    while (after := publish_counters(server, model))["publishes"] < target:
+        if time.monotonic() - ended > limit_s:
+            say(f"{model}: the metrics publisher did not catch up within {limit_s:.0f} s")
+            break
+        time.sleep(0.2)
+    return publish_cost(before, after, seconds) | {"catch_up_s": time.monotonic() - ended}
+
+
+ON_OFF = {"metrics_on_over_off": ("c", "b"), "health_on_over_off": ("d", "c"), "tracing_on_over_off": ("e", "f"),
+          "per_token_histograms_over_series": ("g", "c"), "metrics_all_histograms_over_off": ("g", "b")}
 SERVING = {"triton_http_over_vllm_serve": ("h", "v"), "triton_grpc_over_vllm_serve": ("c", "v"),
            "triton_over_direct": ("b", "a")}
 
@@ -637,7 +702,7 @@ def ratios_of(results: dict) -> dict:
         **{name: ratio(results, top, bottom) for name, (top, bottom) in {**SERVING, **ON_OFF}.items()},
         "ttft_p50_overhead_ms": (ttft["h"] - ttft["v"]) if ttft.get("h") is not None and ttft.get("v") is not None
         else None,  # Triton HTTP minus vllm serve
-        "scrape_p99_ms": max((results[k]["scrape_p99_ms"]["median"] for k in ("c", "d", "e")
+        "scrape_p99_ms": max((results[k]["scrape_p99_ms"]["median"] for k in ("c", "d", "e", "g")
                               if k in results and results[k]["scrape_p99_ms"]["median"] is not None), default=None),
     }
 

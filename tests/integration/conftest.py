@@ -2,9 +2,12 @@
 
 Each is started once per session (an engine takes ~30-60 s to start on CPU), when a test first needs it.
 
-`server` (default model-control mode):
-  vllm_model      the official sample's layout, REPORT_CUSTOM_METRICS "true", health monitor on
-  vllm_lora       multi-LoRA (multi_lora.json), two instances (two engines), metrics on
+`server` (default model-control mode; each instance's registry rendered by prometheus_client in
+`server.exposition`, VLLM_TRITON_EXPOSITION_DIR):
+  vllm_model      the official sample's layout, REPORT_CUSTOM_METRICS "true", health monitor on, every histogram a
+                  Triton histogram (PER_TOKEN_HISTOGRAMS "histogram")
+  vllm_lora       multi-LoRA (multi_lora.json), two instances (two engines), metrics on (the per-token histograms
+                  as their series, the default)
   vllm_nometrics  REPORT_CUSTOM_METRICS unset
   vllm_infer      not decoupled (model_transaction_policy { decoupled: false }): infer() and ensembles; metrics on
 
@@ -53,13 +56,15 @@ def server(tmp_path_factory):
     # above the 5-s default: this server's first engine probes while the others (and other tests' servers) still
     # start on the same two cores, and a healthy engine's round trip has taken longer than 5 s then.
     write_model(repo, "vllm_model", params={**METRICS_ON, "ENABLE_VLLM_HEALTH_CHECK": "true",
-                                            "HEALTH_PROBE_TIMEOUT_S": "30"})
+                                            "HEALTH_PROBE_TIMEOUT_S": "30", "PER_TOKEN_HISTOGRAMS": "histogram"})
     write_model(repo, "vllm_lora", LORA_ENGINE, params=METRICS_ON, instances=2,
                 files={"multi_lora.json": json.dumps({"tiny-lora": str(TINY_LORA)})})
     write_model(repo, "vllm_nometrics")
     write_model(repo, "vllm_infer", params=METRICS_ON, extra_config="model_transaction_policy { decoupled: false }\n")
-    with TritonServer(repo, env=server_env()) as triton:
+    exposition = tmp_path_factory.mktemp("exposition")
+    with TritonServer(repo, env={**server_env(), "VLLM_TRITON_EXPOSITION_DIR": str(exposition)}) as triton:
         triton.wait_ready(timeout=900)
+        triton.exposition = exposition
         yield triton
 
 

@@ -60,12 +60,13 @@ class Launched:
 
 
 @contextmanager
-def launched(model_repo: Path | None = None, triton_args: str = "") -> Iterator[Launched]:
-    """`make serve` (MODEL_REPO=model_repo, TRITON_ARGS=triton_args), on free ports, until it printed its
-    examples; stopped afterwards."""
+def launched(model_repo: Path | None = None, triton_args: str = "",
+             env: dict[str, str] | None = None) -> Iterator[Launched]:
+    """`make serve` (MODEL_REPO=model_repo, TRITON_ARGS=triton_args, and `env`), on free ports, until it printed
+    its examples; stopped afterwards."""
     ports = [triton_launcher.free_port() for _ in range(3)]
     env = (dict(os.environ) | ({"MODEL_REPO": str(model_repo)} if model_repo else {})
-           | ({"TRITON_ARGS": triton_args} if triton_args else {}))
+           | ({"TRITON_ARGS": triton_args} if triton_args else {}) | (env or {}))
     process = subprocess.Popen(
         [sys.executable, str(ROOT / "scripts" / "triton_launcher.py"), "--http-port", str(ports[0]),
          "--grpc-port", str(ports[1]), "--metrics-port", str(ports[2])],
@@ -263,6 +264,40 @@ def series(families: dict[str, Any], sample: str, **labels: str) -> list[Any]:
 def value(families: dict[str, Any], sample: str, **labels: str) -> float:
     """Sum of the samples named `sample` (e.g. `vllm:prompt_tokens_total`) whose labels include `labels`."""
     return sum(s.value for s in series(families, sample, **labels))
+
+
+TRITON_LABELS = ("model", "version", "model_instance")  # what Triton's series add to the registry's
+
+
+def histogram_series(families: dict[str, Any], histograms: set[str], **labels: str) -> dict[tuple, float]:
+    """The `_bucket`, `_sum` and `_count` series of these histograms, whether exposed as a histogram family or as
+    counter series, as {(series name, labels but Triton's, `le` as a number): value}."""
+    found = {}
+    for family in families.values():
+        for sample in family.samples:
+            name = exposed_sample_name(family, sample)
+            wanted = all(sample.labels.get(k) == v for k, v in labels.items())
+            if name.endswith("_created") or name.rsplit("_", 1)[0] not in histograms or not wanted:
+                continue
+            kept = {k: (float(v) if k == "le" else v) for k, v in sample.labels.items() if k not in TRITON_LABELS}
+            found[(name, tuple(sorted(kept.items())))] = sample.value
+    return found
+
+
+def exposition_mismatches(server: Any, exposition: Path, instance: str) -> list[str]:
+    """Where Triton's histogram series of one model instance differ from the registry as prometheus_client renders
+    it (the file VLLM_TRITON_EXPOSITION_DIR has the backend write): [] when every series is equal."""
+    if not exposition.exists():
+        return [f"{exposition} not written"]
+    own = {family.name: family for family in text_string_to_metric_families(exposition.read_text())}
+    histograms = {name for name, family in own.items() if family.type == "histogram"}
+    expected = histogram_series(own, histograms)
+    published = histogram_series(scrape(server), histograms, model_instance=instance)
+    problems = [f"{key}: missing on Triton" for key in expected.keys() - published.keys()]
+    problems += [f"{key}: only on Triton" for key in published.keys() - expected.keys()]
+    problems += [f"{key}: Triton {published[key]!r}, vLLM's exposition {value_!r}" for key, value_ in expected.items()
+                 if key in published and abs(published[key] - value_) > 1e-9 * max(1.0, abs(value_))]
+    return problems
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, interval: float = 0.2) -> None:

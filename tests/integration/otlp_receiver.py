@@ -1,5 +1,6 @@
-"""A real OTLP/HTTP traces receiver for the tests: accepts Triton's OTLP/JSON (opentelemetry-cpp sends JSON bodies
-with hex ids) and the Python SDK's OTLP/protobuf (this backend, vLLM), and keeps every span as plain data."""
+"""A real OTLP/HTTP receiver for the tests: traces as Triton's OTLP/JSON (opentelemetry-cpp sends JSON bodies
+with hex ids) and the Python SDK's OTLP/protobuf (this backend, vLLM), metrics as OTLP/protobuf at /v1/metrics
+(the backend's OTLP_METRICS); every span and metric data point kept as plain data."""
 
 from __future__ import annotations
 
@@ -9,6 +10,10 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+    ExportMetricsServiceResponse,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -53,11 +58,40 @@ def _spans_from_json(body: dict[str, Any], ids: str) -> list[dict[str, Any]]:
     return spans
 
 
+def _points_from_json(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every data point of an ExportMetricsServiceRequest (protobuf's JSON mapping), with its metric's name and
+    type, ids in hex."""
+    import base64
+
+    points = []
+    for resource_metrics in body.get("resourceMetrics", []):
+        resource = _attributes(resource_metrics.get("resource", {}).get("attributes", []))
+        for scope_metrics in resource_metrics.get("scopeMetrics", []):
+            for metric in scope_metrics.get("metrics", []):
+                kind = next(k for k in ("sum", "gauge", "histogram") if k in metric)
+                for point in metric[kind].get("dataPoints", []):
+                    points.append({
+                        "name": metric["name"], "type": kind, "service": resource.get("service.name"),
+                        "attributes": _attributes(point.get("attributes", [])),
+                        "value": point.get("asDouble", int(point.get("asInt", 0))),
+                        "count": int(point.get("count", 0)), "sum": point.get("sum", 0.0),
+                        "bucket_counts": [int(c) for c in point.get("bucketCounts", [])],
+                        "bounds": point.get("explicitBounds", []),
+                        "exemplars": [{"value": e.get("asDouble"),
+                                       "trace_id": base64.b64decode(e.get("traceId", "")).hex(),
+                                       "span_id": base64.b64decode(e.get("spanId", "")).hex()}
+                                      for e in point.get("exemplars", [])],
+                    })
+    return points
+
+
 class OtlpReceiver:
     def __init__(self, port: int | None = None) -> None:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}/v1/traces"
+        self.metrics_url = f"http://127.0.0.1:{self.port}/v1/metrics"
         self.spans: list[dict[str, Any]] = []
+        self.metric_exports: list[list[dict[str, Any]]] = []  # one list of data points per export received
         self.bodies: dict[str, int] = {}  # content type → requests received
         self._lock = threading.Lock()
         receiver = self
@@ -66,6 +100,19 @@ class OtlpReceiver:
             def do_POST(self) -> None:  # noqa: N802 - the http.server API
                 raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 kind = self.headers.get("Content-Type", "")
+                if self.path.endswith("/v1/metrics"):
+                    from google.protobuf.json_format import MessageToDict
+
+                    points = _points_from_json(MessageToDict(ExportMetricsServiceRequest.FromString(raw)))
+                    answer = ExportMetricsServiceResponse().SerializeToString()
+                    with receiver._lock:
+                        receiver.metric_exports.append(points)
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/x-protobuf")
+                    self.send_header("Content-Length", str(len(answer)))
+                    self.end_headers()
+                    self.wfile.write(answer)
+                    return
                 if "json" in kind:
                     spans = _spans_from_json(json.loads(raw), ids="hex")
                     answer, answer_type = b"{}", "application/json"
@@ -97,6 +144,14 @@ class OtlpReceiver:
     def __exit__(self, *exc: object) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+    def latest_metrics(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self.metric_exports[-1]) if self.metric_exports else []
+
+    def trace_ids(self) -> set[str]:
+        with self._lock:
+            return {s["trace_id"] for s in self.spans}
 
     def trace(self, trace_id: str, names: set[str], timeout: float = 60) -> dict[str, dict[str, Any]]:
         """The spans of one trace by name, once every name in `names` has arrived (or at the timeout: exporters

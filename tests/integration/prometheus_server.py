@@ -17,7 +17,7 @@ from triton_launcher import ROOT, free_port
 from alerts.definitions import panel_ids
 from alerts.render import prometheus_groups
 from observability.config import DEFAULT
-from vllm_triton_observable.metrics.registry import le_label
+from vllm_triton_observable.metrics.registry import triton_le_label
 
 
 class Prometheus:
@@ -87,7 +87,7 @@ class Prometheus:
 def substitute(expr: str, rate_interval: str = "1m") -> str:
     """A dashboard query with its variables set as a default dashboard shows it (every job, instance, model)."""
     values = {"__rate_interval": rate_interval, "job": ".*", "instance": ".*", "model": ".*", "engine": ".*"}
-    values |= {f"slo_{slo.name.lower()}": le_label(slo.threshold_s) for slo in DEFAULT.slos}
+    values |= {f"slo_{slo.name.lower()}": triton_le_label(slo.threshold_s) for slo in DEFAULT.slos}
     return re.sub(r"\$(\w+)", lambda m: values[m.group(1)], expr)
 
 

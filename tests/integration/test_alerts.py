@@ -252,12 +252,15 @@ SCENARIOS = {
                             fired("VllmMetricsErrors", "9m", {**WARN, "stage": "record"}),
                             quiet("VllmMetricsErrors", "14m")]}],
 }
-for _slo, _hist, _le in (("TTFT", names.VLLM_TTFT, "2.5"),
-                         ("InterToken", names.VLLM_INTER_TOKEN_LATENCY, "0.2"),
-                         ("EndToEnd", names.VLLM_E2E_LATENCY, "60.0")):
+for _slo, _hist, _les in (("TTFT", names.VLLM_TTFT, ("2.5", "2.5")),
+                          ("InterToken", names.VLLM_INTER_TOKEN_LATENCY, ("0.2", "0.2")),
+                          ("EndToEnd", names.VLLM_E2E_LATENCY, ("60", "60.0"))):
     _name = f"Vllm{_slo}ErrorBudgetBurn"
+    _le, _vllms_le = _les  # Triton's spelling of the bucket, and vLLM's (as Prometheus 3 stores either)
     SCENARIOS[_name] = [
         {"input_series": burn_series(_hist, _le, 80),  # 20 % bad: both fast-burn pages after their `for`
+         "alert_rule_test": [fired(_name, "20m", burn("critical", "1h", "5m"), burn("critical", "6h", "30m"))]},
+        {"input_series": burn_series(_hist, _vllms_le, 80),
          "alert_rule_test": [fired(_name, "20m", burn("critical", "1h", "5m"), burn("critical", "6h", "30m"))]},
         {"input_series": burn_series(_hist, _le, 88),  # 12 %: under 14.4 × 1 %, over 6 × 1 %
          "alert_rule_test": [fired(_name, "20m", burn("critical", "6h", "30m"))]},

@@ -33,6 +33,10 @@ def test_bench_smoke_run_writes_json(tmp_path):
         assert measured["tokens_per_s"]["median"] > 0 and measured["errors"] == 0, key
         # every stream got all its tokens: 2 requests × 4 tokens per round
         assert [r["tokens"] for r in measured["rounds"]] == [8], key
+    for key in ("c", "e", "f"):  # metrics on: the publisher's cost in the round, once it had caught up
+        publish = report["results"][key]["publish"]
+        assert publish["calls_per_s"]["median"] > 0 and publish["catch_up_s"]["median"] >= 0, key
+    assert "The metrics publisher" in result.stdout
     assert report["results"]["v"]["cpu_ms_per_token_by_role"].keys() >= {"client", "API server"}
     assert report["results"]["h"]["cpu_ms_per_token_by_role"].keys() >= {"client", "stub", "tritonserver"}
     assert report["ratios"]["triton_http_over_vllm_serve"] > 0 and report["ratios"]["ttft_p50_overhead_ms"] is not None
@@ -83,3 +87,15 @@ def test_a_failing_configuration_stops_the_benchmark_and_every_server(tmp_path):
     assert "h (Triton HTTP SSE, metrics on)" in output  # the configuration before it ran
     assert not (tmp_path / "bench.json").exists()
     assert not left, f"still running {time.monotonic() - ended:.1f} s after the benchmark ended: {left}"
+
+
+def test_the_cost_of_one_triton_metric_call_is_measured(tmp_path):
+    """scripts/metric_call_cost.py on a real tritonserver: every kind of call timed, and timed beside a spinner."""
+    output = tmp_path / "cost.json"
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "metric_call_cost.py"), "--calls", "200",
+                             "--output", str(output)],
+                            capture_output=True, text=True, timeout=300, env=dict(os.environ))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads(output.read_text())
+    for call in ("histogram observe", "counter increment", "gauge set", "gauge increment"):
+        assert report[call]["wall_us"] > 0 and report[call]["cpu_us"] > 0 and report[call]["spinner_rate_vs_idle"] > 0

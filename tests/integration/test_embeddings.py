@@ -4,6 +4,7 @@ it cannot do with the reason, and moves the metrics a request moves."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -16,11 +17,13 @@ from helpers import (
     ROOT,
     TINY_MODEL,
     engine_of,
+    exposition_mismatches,
     generate,
     launched,
     leaked,
     printed_commands,
     run_command,
+    scrape,
     snapshot,
     stub_of,
     value,
@@ -36,8 +39,13 @@ HIDDEN_SIZE = json.loads((TINY_MODEL / "config.json").read_text())["hidden_size"
 
 
 @pytest.fixture(scope="module")
-def served():
-    with launched(REPO) as served:
+def exposition(tmp_path_factory):
+    return tmp_path_factory.mktemp("exposition")
+
+
+@pytest.fixture(scope="module")
+def served(exposition):
+    with launched(REPO, env={"VLLM_TRITON_EXPOSITION_DIR": str(exposition)}) as served:
         yield served
 
 
@@ -106,6 +114,25 @@ def test_an_embedding_moves_the_metrics_of_a_request(embedder):
     after = counts(snapshot(embedder))
     assert {k: after[k] - before[k] for k in after} == {"completed": 1, "rejected": 1, "prompt tokens": 4}
     assert value(snapshot(embedder), names.REQUESTS_IN_FLIGHT, model=MODEL) == 0
+
+
+def test_an_embeddings_histograms_equal_vllms_own_exposition(embedder, exposition):
+    before = snapshot(embedder)
+    for tokens in ([5, 6, 7], list(range(3, 40))):
+        assert embed(embedder, {"input": tokens})[0] == 200
+    instance = f"{MODEL}_0_0"
+    requests_ = f"{names.VLLM_E2E_LATENCY}_count"  # first the requests on Triton: both sides equal, stale, before
+    wait_until(lambda: value(scrape(embedder), requests_, model=MODEL) - value(before, requests_, model=MODEL) == 2,
+               15)
+    with contextlib.suppress(AssertionError):
+        wait_until(lambda: not exposition_mismatches(embedder, exposition / f"{instance}.prom", instance), 15)
+    assert not exposition_mismatches(embedder, exposition / f"{instance}.prom", instance)
+    after = scrape(embedder)
+    for histogram, expected in ((names.VLLM_E2E_LATENCY, 2), (names.VLLM_REQUEST_PROMPT_TOKENS, 2)):
+        sample = f"{histogram}_count"
+        assert value(after, sample, model=MODEL) - value(before, sample, model=MODEL) == expected
+    sample = f"{names.VLLM_REQUEST_PROMPT_TOKENS}_sum"
+    assert value(after, sample, model=MODEL) - value(before, sample, model=MODEL) == 3 + 37
 
 
 def test_the_printed_example_embeds(served):

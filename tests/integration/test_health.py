@@ -143,9 +143,14 @@ def test_sigkill_enginecore_under_load_with_restart(explicit_server, tmp_path):
         assert metric(explicit_server, names.ENGINE_RESTARTS, model) == 1
         wait_until(lambda: firing("VllmEngineCrashLoop"), timeout=30, interval=0.5)
     assert model_ready(explicit_server, model)
+    ttft = f"{names.VLLM_TTFT}_count"
+    before = value(snapshot(explicit_server), ttft, model=model)
+    assert before >= 1  # the first engine's requests
     status, body = generate(explicit_server, model, {"text_input": "Hi", "parameters": {"max_tokens": 2}})
     assert status == 200, body
     assert "engine restarted in place" in explicit_server.log_text()
+    # the new engine's histograms start at 0; Triton's histogram goes on from the old engine's counts
+    wait_until(lambda: value(scrape(explicit_server), ttft, model=model) == before + 1, timeout=10)
 
 
 def test_a_long_engine_step_is_no_hang(explicit_server):

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import time
 
 import pytest
+import requests
 from conftest import LORA_ENGINE
 from helpers import (
     BASE_ENGINE,
     TINY_MODEL,
     exposed_sample_name,
+    exposition_mismatches,
     generate,
     generate_stream,
     scrape,
@@ -21,6 +24,7 @@ from helpers import (
 )
 
 from vllm_triton_observable.metrics import names
+from vllm_triton_observable.metrics.registry import le_label, triton_le_label
 
 PROMPTS = ["What is Triton?", "Tell me about the metrics endpoint", "A", "one two three four five"]
 
@@ -86,15 +90,92 @@ def test_labels_and_buckets(server):
                              "model_name": str(TINY_MODEL), "engine": "0"}
     assert not any({"job", "instance"} & set(s.labels) for f in families.values() for s in f.samples)
     ttft = next(f for f in vllm_families(BASE_ENGINE) if f.name == names.VLLM_TTFT)
-    les = {s.labels["le"] for s in series(families, f"{names.VLLM_TTFT}_bucket", model="vllm_model")}
-    assert les == {_le(b) for b in (*ttft.buckets, float("inf"))}  # vLLM's own strings: "1.0", "+Inf"
+    les = [s.labels["le"] for s in series(families, f"{names.VLLM_TTFT}_bucket", model="vllm_model")]
+    assert les == [triton_le_label(b) for b in (*ttft.buckets, float("inf"))]  # Triton's strings, in le order
+    assert "1" in les
+    itl = next(f for f in vllm_families(BASE_ENGINE) if f.name == names.VLLM_INTER_TOKEN_LATENCY)
+    les = {s.labels["le"] for s in series(families, f"{names.VLLM_INTER_TOKEN_LATENCY}_bucket",
+                                          model_instance="vllm_lora_0_0")}
+    assert les == {le_label(b) for b in (*itl.buckets, float("inf"))}  # as series: vLLM's own, "1.0"
     assert "1.0" in les
 
 
-def _le(bound: float) -> str:
-    from prometheus_client.utils import floatToGoString
+def test_histograms_are_typed_histograms_and_per_token_ones_follow_their_switch(server):
+    text = requests.get(server.metrics_url, timeout=10).text
+    for family in (names.VLLM_TTFT, names.VLLM_E2E_LATENCY, names.VLLM_ITERATION_TOKENS, names.VLLM_QUEUE_TIME,
+                   names.VLLM_INTER_TOKEN_LATENCY, names.VLLM_TIME_PER_OUTPUT_TOKEN_OFFICIAL,
+                   names.ENGINE_PROBE_LATENCY):
+        assert f"# TYPE {family} histogram\n" in text, family
+    # vllm_lora publishes its per-token histograms as counter series (PER_TOKEN_HISTOGRAMS "series")
+    for family in names.PER_TOKEN_HISTOGRAMS:
+        assert f"# TYPE {family}_bucket counter\n" in text
+        assert f'{family}_bucket{{' in text and 'model_instance="vllm_lora_0_0"' in text
 
-    return floatToGoString(bound)
+
+def test_every_histogram_equals_vllms_own_exposition_series_by_series(server):
+    """After streaming and non-streaming requests, prompts of several lengths, n > 1 and a LoRA request, every
+    histogram series on :8002 equals the registry as prometheus_client renders it (vLLM's own /metrics)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(TINY_MODEL)
+    base = {"model": "vllm_model"}
+    time.sleep(2.5)  # earlier tests' last updates reach /metrics within one publish period
+    before = scrape(server)
+    prompts = ["A", "one two three four five six seven eight nine ten", " ".join(["token"] * 120)]
+    sequences = []  # tokens generated per sequence
+    for prompt in prompts:
+        status, _ = generate(server, "vllm_model", {"text_input": prompt,
+                                                    "parameters": {"max_tokens": 5, "ignore_eos": True}})
+        assert status == 200
+        sequences.append(5)
+    for prompt in prompts[:2]:
+        assert generate_stream(server, "vllm_model", {"text_input": prompt,
+                                                      "parameters": {"max_tokens": 6, "ignore_eos": True}})
+        sequences.append(6)
+    status, _ = generate(server, "vllm_model", {"text_input": "n", "parameters": {"n": 3, "max_tokens": 4,
+                                                                                  "ignore_eos": True}})
+    assert status == 200
+    sequences += [4, 4, 4]
+    status, _ = generate(server, "vllm_lora", {"text_input": "adapter", "parameters": {
+        "lora_name": "tiny-lora", "max_tokens": 3, "ignore_eos": True}})
+    assert status == 200
+    instances = sorted({s.labels["model_instance"] for family in before.values() for s in family.samples
+                        if s.labels.get("model") in ("vllm_model", "vllm_lora") and "model_instance" in s.labels})
+    assert len(instances) == 3  # vllm_model's and both of vllm_lora's
+
+    def mismatches() -> dict[str, list[str]]:
+        return {i: found for i in instances if (found := exposition_mismatches(server, server.exposition / f"{i}.prom",
+                                                                               i))}
+
+    lora_requests = f"{names.VLLM_E2E_LATENCY}_count"
+
+    def published(families: dict) -> bool:  # the workload is on Triton (both sides were equal, stale, before)
+        return (value(families, names.VLLM_GENERATION_TOKENS, **base) - value(before, names.VLLM_GENERATION_TOKENS,
+                                                                             **base) == sum(sequences)
+                and value(families, lora_requests, model="vllm_lora") > value(before, lora_requests,
+                                                                               model="vllm_lora"))
+
+    wait_until(lambda: published(scrape(server)), timeout=15)
+    with contextlib.suppress(AssertionError):
+        wait_until(lambda: not mismatches(), timeout=15)
+    assert not mismatches()
+    after = scrape(server)
+
+    def delta(sample: str, **labels: str) -> float:
+        return value(after, sample, **base, **labels) - value(before, sample, **base, **labels)
+
+    # vLLM counts each of the n sequences of a request as a finished request of its own
+    prompt_tokens = [len(tokenizer(p)["input_ids"]) for p in [*prompts, *prompts[:2], "n", "n", "n"]]
+    assert delta(f"{names.VLLM_REQUEST_PARAMS_N}_count") == 6  # once per client request
+    assert delta(f"{names.VLLM_REQUEST_PARAMS_N}_sum") == 5 * 1 + 3
+    assert delta(f"{names.VLLM_REQUEST_PROMPT_TOKENS}_count") == len(prompt_tokens)
+    assert delta(f"{names.VLLM_REQUEST_PROMPT_TOKENS}_sum") == sum(prompt_tokens)
+    for histogram in (names.VLLM_E2E_LATENCY, names.VLLM_TTFT, names.VLLM_REQUEST_GENERATION_TOKENS):
+        assert delta(f"{histogram}_count") == len(sequences), histogram
+    assert delta(f"{names.VLLM_REQUEST_GENERATION_TOKENS}_sum") == sum(sequences)
+    for histogram in (names.VLLM_INTER_TOKEN_LATENCY, names.VLLM_TIME_PER_OUTPUT_TOKEN_OFFICIAL):
+        assert delta(f"{histogram}_count") == sum(n - 1 for n in sequences), histogram
+    assert value(after, lora_requests, model="vllm_lora") - value(before, lora_requests, model="vllm_lora") == 1
 
 
 def _wait_published(server, sample: str, target: float, **labels: str) -> dict:

@@ -41,11 +41,13 @@ VLLM_SPAN = "llm_request"
 def traced(tmp_path_factory):
     repo = tmp_path_factory.mktemp("traced_repository")
     # Health on with restart (the incident test kills the engine last): the probe tolerates engines starting beside it.
+    # OTLP metrics on, every half second, to the same receiver.
     write_model(repo, MODEL, BASE_ENGINE, params={"REPORT_CUSTOM_METRICS": "true", "ENABLE_VLLM_HEALTH_CHECK": "true",
                                                   "HEALTH_RECOVERY": "restart", "HEALTH_PROBE_TIMEOUT_S": "30",
-                                                  "HEALTH_RESTART_BACKOFF_S": "0.5"})
+                                                  "HEALTH_RESTART_BACKOFF_S": "0.5", "OTLP_METRICS": "true"})
     with OtlpReceiver() as receiver:
-        env = {k: v for k, v in server_env().items() if not k.startswith("OTEL_")}
+        env = {**{k: v for k, v in server_env().items() if not k.startswith("OTEL_")},
+               "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": receiver.metrics_url, "OTEL_METRIC_EXPORT_INTERVAL": "500"}
         with TritonServer(repo, env=env, extra_args=[
                 "--trace-config", "mode=opentelemetry", "--trace-config", f"opentelemetry,url={receiver.url}",
                 "--trace-config", "rate=0", "--trace-config", "level=TIMESTAMPS"]) as triton:
@@ -122,6 +124,48 @@ def test_one_trace_from_the_client_through_triton_and_the_backend_into_vllm(trac
     assert attributes["gen_ai.response.finish_reasons"] == ["length"]
     assert attributes["vllm_triton.stream"] is stream and attributes["vllm_triton.outcome"] == "completed"
     assert spans[VLLM_SPAN]["attributes"]["gen_ai.usage.completion_tokens"] == 12
+
+
+def test_otlp_metrics_are_the_registry_with_exemplars_that_name_real_traces(traced):
+    from vllm_triton_observable.metrics.catalogue import vllm_families
+
+    server, receiver = traced
+    body = {"text_input": PROMPT, "parameters": {"max_tokens": 6, "ignore_eos": True}}
+    trace_id, response = generate_traced(server, body)
+    assert response.status_code == 200, response.text
+
+    def ttft_point() -> dict | None:
+        return next((p for p in receiver.latest_metrics() if p["name"] == names.VLLM_TTFT
+                     and p["attributes"].get("model") == MODEL
+                     and any(e["trace_id"] == trace_id for e in p["exemplars"])), None)
+
+    wait_until(lambda: ttft_point() is not None, timeout=20)
+    point = ttft_point()
+    exemplar = next(e for e in point["exemplars"] if e["trace_id"] == trace_id)
+    spans = receiver.trace(trace_id, {BACKEND_SPAN})
+    assert exemplar["span_id"] == spans[BACKEND_SPAN]["span_id"]  # the exemplar opens the backend's span
+    assert {e["trace_id"] for e in point["exemplars"]} <= receiver.trace_ids()  # every exemplar names a real trace
+    ttft = next(f for f in vllm_families(BASE_ENGINE) if f.name == names.VLLM_TTFT)
+    assert point["type"] == "histogram" and point["bounds"] == list(ttft.buckets)
+    assert sum(point["bucket_counts"]) == point["count"] > 0
+    bucket = next(i for i, le in enumerate([*point["bounds"], float("inf")]) if exemplar["value"] <= le)
+    assert exemplar["value"] > 0 and point["bucket_counts"][bucket] > 0  # a request that fell into that bucket
+    assert point["attributes"]["model_instance"] == f"{MODEL}_0_0" and point["service"] == "vllm-triton-backend"
+
+    # the same values as Triton's endpoint, once both have the request (no traffic meanwhile)
+    def same() -> bool:
+        families = snapshot(server)
+        exported = {(p["name"], p["type"]): p for p in receiver.latest_metrics()
+                    if p["attributes"].get("model") == MODEL and p["attributes"].get("engine") == "0"}
+        ttft_count = exported[(names.VLLM_TTFT, "histogram")]["count"]
+        tokens = exported[(names.VLLM_GENERATION_TOKENS, "sum")]["value"]
+        return (ttft_count == value(families, f"{names.VLLM_TTFT}_count", model=MODEL)
+                and tokens == value(families, names.VLLM_GENERATION_TOKENS, model=MODEL))
+
+    wait_until(same, timeout=15)
+    families = snapshot(server)
+    assert value(families, names.OTLP_METRIC_EXPORTS, model=MODEL) > 0
+    assert value(families, names.OTLP_METRIC_EXPORTS_FAILED, model=MODEL) == 0
 
 
 def test_grpc_streaming_with_a_request_id_joins_ids(traced):

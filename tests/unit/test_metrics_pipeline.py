@@ -6,25 +6,43 @@ import pytest
 from vllm_triton_observable.metrics import names
 from vllm_triton_observable.metrics.errors import MetricErrors
 from vllm_triton_observable.metrics.publisher import TritonPublisher
-from vllm_triton_observable.metrics.registry import InstanceRegistry, Kind, exposed_name
+from vllm_triton_observable.metrics.registry import InstanceRegistry, Kind, exposed_name, le_label
 
 
 class FakeMetric:
-    def __init__(self, labels):
-        self.labels, self.value, self.calls = labels, 0.0, 0
+    """A counter or gauge as Triton 2.51's pb_utils has them (a counter refuses a negative increment)."""
+
+    def __init__(self, labels, kind):
+        self.labels, self.kind, self.value, self.calls, self.sets = labels, kind, 0.0, 0, 0
 
     def increment(self, amount):
-        assert amount >= 0
+        assert amount >= 0 or self.kind == FakeFamily.GAUGE
         self.value += amount
         self.calls += 1
 
     def set(self, value):
+        assert self.kind == FakeFamily.GAUGE
         self.value = value
         self.calls += 1
+        self.sets += 1
+
+
+class FakeHistogram:
+    """A Triton histogram: observe() only, bucketed with `<=` like prometheus-cpp."""
+
+    def __init__(self, labels, buckets):
+        self.labels, self.buckets, self.observed, self.calls = labels, list(buckets), [], 0
+
+    def observe(self, value):
+        self.observed.append(value)
+        self.calls += 1
+
+    def bucket(self, le):
+        return sum(v <= le for v in self.observed)
 
 
 class FakeFamily:
-    COUNTER, GAUGE = "counter", "gauge"
+    COUNTER, GAUGE, HISTOGRAM = "counter", "gauge", "histogram"
     created: dict = {}
     refuse: set = set()
 
@@ -34,8 +52,9 @@ class FakeFamily:
         self.name, self.kind, self.metrics = name, kind, []
         FakeFamily.created[name] = self
 
-    def Metric(self, labels):  # noqa: N802 - pb_utils' spelling
-        metric = FakeMetric(labels)
+    def Metric(self, labels, buckets=None):  # noqa: N802 - pb_utils' spelling
+        assert (buckets is not None) == (self.kind == FakeFamily.HISTOGRAM)
+        metric = FakeHistogram(labels, buckets) if buckets is not None else FakeMetric(labels, self.kind)
         self.metrics.append(metric)
         return metric
 
@@ -58,11 +77,45 @@ def calls():
     return sum(m.calls for f in FakeFamily.created.values() for m in f.metrics)
 
 
-def setup(labels=None):
+def setup(labels=None, **options):
     logged = []
     registry = InstanceRegistry(labels or {"model": "m"})
     errors = MetricErrors(registry, logged.append)
-    return registry, errors, TritonPublisher(registry, FakePb, errors), logged
+    return registry, errors, TritonPublisher(registry, FakePb, errors, **options), logged
+
+
+def exposition(registry):
+    """prometheus_client's own rendering of the registry, as {(series name, labels): value}."""
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(generate_latest(registry).decode())
+            for s in family.samples if not s.name.endswith("_created")}
+
+
+def triton_histogram(name):
+    """The fake Triton histogram of `name` as the series Triton would expose ({(series, labels): value})."""
+    series = {}
+    for metric in FakeFamily.created[name].metrics:
+        labels = {k: v for k, v in metric.labels.items() if k != "model"}
+
+        def key(suffix, labels=labels, **extra):
+            return name + suffix, tuple(sorted({**labels, **extra}.items()))
+
+        for le in [*metric.buckets, float("inf")]:
+            series[key("_bucket", le=le_label(le))] = metric.bucket(le)
+        series[key("_count")] = len(metric.observed)
+        series[key("_sum")] = sum(metric.observed)
+    return series
+
+
+def assert_equal_exposition(registry, name):
+    expected = {k: v for k, v in exposition(registry).items() if k[0].rsplit("_", 1)[0] == name}
+    published = triton_histogram(name)
+    assert published.keys() == expected.keys()
+    for key, value_ in expected.items():
+        assert published[key] == pytest.approx(value_, rel=1e-12, abs=1e-12), key
 
 
 def test_exposed_names_follow_prometheus_client():
@@ -79,11 +132,62 @@ def test_specs_describe_families_with_the_constant_labels():
     assert spec.sample_names == ("vllm:x_seconds_bucket", "vllm:x_seconds_sum", "vllm:x_seconds_count")
 
 
-def test_histograms_publish_exact_cumulative_buckets_with_few_calls():
+def test_histograms_are_triton_histograms_equal_to_prometheus_clients_exposition():
     registry, _, publisher, _ = setup()
+    histogram = registry.classes()[Kind.HISTOGRAM]("vllm:x_seconds", "doc", labelnames=["engine"],
+                                                  buckets=[0.1, 1.0, 10.0])
+    child = histogram.labels("0")
+    publisher.flush()  # the family and its series exist before any observation
+    family = FakeFamily.created["vllm:x_seconds"]
+    assert family.kind == FakeFamily.HISTOGRAM and family.metrics[0].buckets == [0.1, 1.0, 10.0]
+    assert family.metrics[0].labels == {"engine": "0", "model": "m"} and not family.metrics[0].observed
+    assert not any(name.startswith("vllm:x_seconds_") for name in FakeFamily.created)
+    values = [0.05, 0.1, 0.5, 0.3, 1.0, 5.0, 50.0, 1e-9, 0.1 + 0.2, 10.0]  # bounds themselves included
+    for round_ in range(3):
+        for v in values * (round_ + 1):
+            child.observe(v)
+        histogram.labels("1").observe(0.7)  # a series born between publishes
+        publisher.flush()
+        assert_equal_exposition(registry, "vllm:x_seconds")
+    before = calls()
+    publisher.flush()
+    assert calls() == before  # nothing changed, nothing sent
+    assert "vllm:x_seconds_created" not in FakeFamily.created
+
+
+def test_each_replayed_observation_stays_in_its_bucket_against_rounding():
+    import math
+
+    from vllm_triton_observable.metrics.histogram import BucketState, replay
+
+    bounds = (0.1, 1.0, math.inf)
+    # three observations exactly at 0.1 whose float sum divided by 3 is not below 0.1 + one ulp
+    state = BucketState((3.0, 0.0, 1.0), (0.1 + 0.1 + 0.1, 0.0, 7.0))
+    observations = replay(BucketState.empty(3), state, bounds)
+    assert observations == [(0.1, 3), (7.0, 1)]
+    assert replay(BucketState((0.0, 0.0, 0.0), (0.0, 0.0, 0.0)), BucketState((1.0, 0, 0), (-5.0, 0, 0)), bounds) \
+        == [(-5.0, 1)]
+    assert replay(state, BucketState((3.0, 1.0, 1.0), (0.3, 0.1, 7.0)), bounds) == [(math.nextafter(0.1, 2), 1)]
+
+
+def test_whole_numbers_are_replayed_as_whole_numbers_with_the_exact_sum():
+    from vllm_triton_observable.metrics.histogram import BucketState, replay
+
+    bounds = (1.0, 8.0, float("inf"))
+    state = BucketState((1.0, 3.0, 2.0), (1.0, 5 + 5 + 6, 100 + 37))  # 5, 5, 6 fell into (1, 8]
+    observations = replay(BucketState.empty(3), state, bounds)
+    assert observations == [(1.0, 1), (5.0, 2), (6.0, 1), (68.0, 1), (69.0, 1)]
+    assert sum(v * n for v, n in observations) == 1 + 16 + 137
+    # 0.5 + 0.5: no two whole numbers up to 0.5 add up to 1, so the mean is replayed
+    assert replay(BucketState.empty(2), BucketState((2.0, 0.0), (1.0, 0.0)), (0.5, float("inf"))) == [(0.5, 2)]
+
+
+def test_per_token_histograms_can_be_published_as_their_counter_series():
+    registry, _, publisher, _ = setup(as_series=["vllm:x_seconds"])
     child = registry.classes()[Kind.HISTOGRAM]("vllm:x_seconds", "doc", labelnames=["engine"],
                                               buckets=[0.1, 1.0, 10.0]).labels("0")
     publisher.flush()  # every bucket series exists before any observation
+    assert "vllm:x_seconds" not in FakeFamily.created
     assert value("vllm:x_seconds_bucket", le="+Inf") == 0
     assert len(FakeFamily.created["vllm:x_seconds_bucket"].metrics) == 4
     assert FakeFamily.created["vllm:x_seconds_bucket"].metrics[0].labels == {"engine": "0", "le": "0.1", "model": "m"}
@@ -98,11 +202,18 @@ def test_histograms_publish_exact_cumulative_buckets_with_few_calls():
     assert value("vllm:x_seconds_count") == 500
     assert abs(value("vllm:x_seconds_sum") - 100 * 56.05) < 1e-6
     assert calls() - before == 6  # one call per changed series, not one per observation
-    publisher.flush()
-    assert calls() - before == 6  # nothing changed, nothing sent
-    assert "vllm:x_seconds_created" not in FakeFamily.created
 
 
+def test_gauges_move_by_increments_and_stay_exact():
+    """Triton 2.51's set() holds the GIL for its round trip; increment() does not."""
+    registry, _, publisher, _ = setup()
+    gauge = registry.classes()[Kind.GAUGE]("vllm:usage", "doc")
+    for v in [0.0, 0.1, 0.30000000000000004, 1 / 3, 1e-300, 1.7e9, 1.7e9 + 0.123, -2.5, 0.0, float("inf"), 4.0]:
+        gauge.set(v)
+        publisher.flush()
+        assert value("vllm:usage") == v
+    metric = FakeFamily.created["vllm:usage"].metrics[0]
+    assert metric.sets <= 3 and metric.calls > 8
 def test_counters_gauges_and_the_full_prometheus_client_api():
     registry, _, publisher, _ = setup()
     classes = registry.classes()
@@ -163,24 +274,53 @@ def test_a_failing_stat_logger_is_counted_logged_once_and_never_raises():
     assert len([line for line in logged if "metrics record failed" in line]) == 1
 
 
-def test_the_official_backends_inter_token_latency_name_gets_the_same_observations():
+@pytest.mark.parametrize("as_series", [names.PER_TOKEN_HISTOGRAMS, ()], ids=["series", "histogram"])
+def test_the_official_backends_inter_token_latency_name_gets_the_same_observations(as_series):
     from vllm.v1.metrics.stats import IterationStats
 
     from vllm_triton_observable.metrics.catalogue import BASE_ENGINE, vllm_config
     from vllm_triton_observable.metrics.stat_logger import stat_logger_class
 
-    registry, errors, publisher, logged = setup()
+    registry, errors, publisher, logged = setup(as_series=as_series)
     logger = stat_logger_class(registry, errors)(vllm_config(BASE_ENGINE), [0])
     stats = IterationStats()
     stats.inter_token_latencies_iter = [0.004, 0.03, 0.3]
     logger.record(None, stats)
     publisher.flush()
-    for suffix, expected in (("_count", 3), ("_sum", 0.334)):
-        assert value(f"{names.VLLM_INTER_TOKEN_LATENCY}{suffix}") == pytest.approx(expected)
-        assert value(f"{names.VLLM_TIME_PER_OUTPUT_TOKEN_OFFICIAL}{suffix}") == pytest.approx(expected)
+    for name in (names.VLLM_INTER_TOKEN_LATENCY, names.VLLM_TIME_PER_OUTPUT_TOKEN_OFFICIAL):
+        if as_series:
+            assert value(f"{name}_count") == 3 and value(f"{name}_sum") == pytest.approx(0.334)
+        else:
+            assert sorted(FakeFamily.created[name].metrics[0].observed) == [0.004, 0.03, 0.3]
     itl, official = (registry.specs[n] for n in (names.VLLM_INTER_TOKEN_LATENCY,
                                                  names.VLLM_TIME_PER_OUTPUT_TOKEN_OFFICIAL))
     assert (itl.labelnames, itl.buckets) == (official.labelnames, official.buckets) and not logged
+
+
+def test_a_restarted_engines_histogram_continues_where_the_old_one_ended():
+    registry, _, publisher, _ = setup()
+    make = lambda: registry.classes()[Kind.HISTOGRAM]("vllm:x_seconds", "doc", labelnames=["engine"],  # noqa: E731
+                                                      buckets=[0.1, 1.0])
+    first = make()
+    for v in (0.05, 0.5, 5.0):
+        first.labels("0").observe(v)
+    publisher.flush()
+    again = make()  # created anew, as by an engine restarted in place: its buckets start at 0
+    again.labels("0").observe(0.5)
+    publisher.flush()
+    assert sorted(FakeFamily.created["vllm:x_seconds"].metrics[0].observed) == [0.05, 0.5, 0.5, 5.0]
+    assert len(FakeFamily.created["vllm:x_seconds"].metrics) == 1
+
+
+def test_the_cost_of_each_publish_is_counted():
+    registry, _, publisher, _ = setup()
+    costs = []
+    publisher._on_cost = costs.append
+    registry.classes()[Kind.HISTOGRAM]("vllm:x_seconds", "doc", buckets=[0.1, 1.0]).observe(0.5)
+    registry.classes()[Kind.GAUGE]("vllm:g", "doc").set(2)
+    publisher.flush()
+    assert costs[-1].calls == {"observe": 1, "increment": 1}  # a counter still at 0 is not sent
+    assert costs[-1].wall_s > 0 and costs[-1].cpu_s >= 0
 
 
 def test_records_while_paused_are_left_out():
@@ -201,3 +341,45 @@ def test_records_while_paused_are_left_out():
     logger.record(None, stats)
     publisher.flush()
     assert value(f"{names.VLLM_GENERATION_TOKENS}") == 5 and registry.last_record is not None and not logged
+
+
+def test_the_registry_as_otlp_metrics_with_exemplars():
+    from opentelemetry.sdk.metrics.export import AggregationTemporality
+    from opentelemetry.sdk.resources import Resource
+
+    from vllm_triton_observable.metrics.exemplars import ExemplarStore
+    from vllm_triton_observable.metrics.otlp_metrics import metrics_data
+
+    registry, _, _, _ = setup()
+    classes = registry.classes()
+    classes[Kind.COUNTER]("vllm:tokens", "doc", labelnames=["engine"]).labels("0").inc(7)
+    classes[Kind.GAUGE]("vllm:running", "doc").set(3)
+    histogram = classes[Kind.HISTOGRAM]("vllm:time_to_first_token_seconds", "doc", buckets=[0.1, 1.0])
+    for v in (0.05, 0.5, 0.7, 5.0):
+        histogram.observe(v)
+    exemplars = ExemplarStore(lambda family: registry.specs[family].buckets)
+    exemplars.record(names.VLLM_TTFT, 0.7, trace_id=0xABC, span_id=0xDEF)
+    exemplars.record(names.VLLM_TTFT, 0.5, trace_id=0x123, span_id=0x456)  # the same bucket: the latest stays
+    exemplars.record(names.VLLM_TTFT, 5.0, trace_id=0x789, span_id=0x101)
+    data = metrics_data(registry.collect(), {"model": "m"}, Resource.create({}), exemplars, 1, 2)
+    metrics = {m.name: m for m in data.resource_metrics[0].scope_metrics[0].metrics}
+    (tokens,) = metrics["vllm:tokens_total"].data.data_points
+    assert metrics["vllm:tokens_total"].data.is_monotonic and tokens.value == 7
+    assert tokens.attributes == {"engine": "0", "model": "m"} and tokens.start_time_unix_nano > 1
+    assert metrics["vllm:running"].data.data_points[0].value == 3
+    ttft = metrics[names.VLLM_TTFT].data
+    assert ttft.aggregation_temporality is AggregationTemporality.CUMULATIVE
+    (point,) = ttft.data_points
+    assert (point.count, point.bucket_counts, list(point.explicit_bounds)) == (4, [1, 2, 1], [0.1, 1.0])
+    assert point.sum == pytest.approx(6.25)
+    assert [(e.value, e.trace_id, e.span_id) for e in point.exemplars] == [(0.5, 0x123, 0x456), (5.0, 0x789, 0x101)]
+
+
+def test_exemplar_values_are_vllms_own_timings_of_the_request():
+    from types import SimpleNamespace
+
+    from vllm_triton_observable.metrics.exemplars import request_values
+
+    stats = SimpleNamespace(first_token_latency=0.25, arrival_time=100.0)
+    assert request_values(stats, now=lambda: 101.5) == {names.VLLM_TTFT: 0.25, names.VLLM_E2E_LATENCY: 1.5}
+    assert request_values(None) == {}  # vLLM handed out no timings (stats off)
