@@ -57,8 +57,12 @@ class ExemplarStore:
             self._latest.setdefault(family, {})[bucket] = exemplar
 
     def request_finished(self, ids: tuple[int, int], stats: Any) -> None:
-        for family, value in request_values(stats).items():
-            self.record(family, value, *ids)
+        """Called on vLLM's event loop just before a request's final response: it must never fail that request."""
+        try:
+            for family, value in request_values(stats).items():
+                self.record(family, value, *ids)
+        except Exception:  # an exemplar is a hint; the request and its metrics go on without it
+            pass
 
     def of(self, family: str) -> list[Exemplar]:
         with self._lock:

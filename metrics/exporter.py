@@ -43,7 +43,7 @@ class MetricsExporter:
         self._as_series = names.PER_TOKEN_HISTOGRAMS if per_token_histograms == "series" else ()
         self._exposition = exposition_path(self.registry.constant_labels[names.MODEL_INSTANCE])
         # OTLP_METRICS: exemplars recorded by the generation service for traced requests, sent with the registry
-        self.exemplars = ExemplarStore(lambda family: self.registry.specs[family].buckets) if otlp else None
+        self.exemplars = ExemplarStore(self.registry.buckets) if otlp else None
         self._otlp: OtlpMetricsExporter | None = None
         # read now: enabling tracing sets OTEL_SERVICE_NAME for vLLM's own spans later in the load
         self._service = os.environ.get("OTEL_SERVICE_NAME", names.TRACE_SERVICE)

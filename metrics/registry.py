@@ -108,6 +108,11 @@ class InstanceRegistry(CollectorRegistry):
             if alias is not None:
                 yield renamed(family, alias)
 
+    def buckets(self, family: str) -> tuple[float, ...]:
+        """A family's finite bucket bounds; () for a family this registry does not have."""
+        spec = self.specs.get(family)
+        return spec.buckets if spec is not None else ()
+
     def histograms(self) -> Iterator[tuple[str, str, ReplayableHistogram]]:
         """(family name, documentation, histogram) of every histogram, and of each aliased one under its alias."""
         with self._lock:

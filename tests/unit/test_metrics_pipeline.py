@@ -357,7 +357,9 @@ def test_the_registry_as_otlp_metrics_with_exemplars():
     histogram = classes[Kind.HISTOGRAM]("vllm:time_to_first_token_seconds", "doc", buckets=[0.1, 1.0])
     for v in (0.05, 0.5, 0.7, 5.0):
         histogram.observe(v)
-    exemplars = ExemplarStore(lambda family: registry.specs[family].buckets)
+    exemplars = ExemplarStore(registry.buckets)
+    exemplars.request_finished((1, 2), object())  # no timings: nothing recorded, nothing raised
+    exemplars.record("vllm:not_here", 0.1, trace_id=1, span_id=2)  # a family the registry lacks
     exemplars.record(names.VLLM_TTFT, 0.7, trace_id=0xABC, span_id=0xDEF)
     exemplars.record(names.VLLM_TTFT, 0.5, trace_id=0x123, span_id=0x456)  # the same bucket: the latest stays
     exemplars.record(names.VLLM_TTFT, 5.0, trace_id=0x789, span_id=0x101)
