@@ -13,17 +13,29 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
+import shutil
 import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine
+from pathlib import Path
 from typing import Any, TypeVar
 
+import psutil  # a dependency of vLLM, so present wherever the backend runs
+
 from ..common.errors import ConfigError
+from ..common.vllm_compat import shutdown_grace
 from .engine_warm_up import needs_warm_up, warm_up_request
+from .ipc_dir import IpcDirectory
+from .parent_watch import engine_processes
+from .process_progress import process_progress_s, thread_progress_s
 
 T = TypeVar("T")
 SHUTDOWN_TIMEOUT_S = 60.0
+ENGINE_SHUTDOWN_GRACE_S = 15.0  # for vLLM's orderly shutdown, before it force-kills what is left
+# vLLM's wait for its workers to exit before it signals them (its default: 5 s)
+WORKER_SHUTDOWN_GRACE_S = "10"
 
 
 class EngineStartError(ConfigError):
@@ -33,7 +45,7 @@ class EngineStartError(ConfigError):
 class EngineRunner:
     def __init__(self, engine_args: Any, stat_loggers: list[Any] | None = None,
                  start_timeout_s: float = 600.0, log_info: Callable[[str], None] | None = None,
-                 own_trace_headers: dict[str, str] | None = None) -> None:
+                 own_trace_headers: dict[str, str] | None = None, ipc: IpcDirectory | None = None) -> None:
         self._engine_args = engine_args
         self._stat_loggers = stat_loggers or None
         self._start_timeout_s = start_timeout_s
@@ -54,8 +66,13 @@ class EngineRunner:
         self.engine: Any = None
         # What the model does, from vLLM ("generate", "embed", …): decides which requests it can serve.
         self.supported_tasks: tuple[str, ...] = ()
+        # Each engine's IPC socket directory (backend.ipc_dir), removed once that engine is shut down
+        self._ipc = ipc
+        self._ipc_paths: dict[int, Path] = {}
+        self._loop_thread_id: int | None = None
 
     def _run_loop(self) -> None:
+        self._loop_thread_id = threading.get_native_id()
         asyncio.set_event_loop(self.loop)
         self.loop.run_forever()
 
@@ -140,11 +157,18 @@ class EngineRunner:
     def _create(self, future: concurrent.futures.Future[Any]) -> None:
         """On the start thread: whatever fails here — vLLM's own import included (a module of it missing, as
         xgrammar's tvm_ffi once was on the GPU host) — fails the start with its cause, never leaves it waiting."""
+        path = self._ipc.for_next_engine() if self._ipc is not None else None
+        os.environ.setdefault("VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS", WORKER_SHUTDOWN_GRACE_S)  # the operator's wins
         try:
             from vllm.v1.engine.async_llm import AsyncLLM
 
-            future.set_result(AsyncLLM.from_engine_args(self._engine_args, stat_loggers=self._stat_loggers))
+            engine = AsyncLLM.from_engine_args(self._engine_args, stat_loggers=self._stat_loggers)
+            if path is not None:
+                self._ipc_paths[id(engine)] = path
+            future.set_result(engine)
         except BaseException as exc:
+            if path is not None:
+                shutil.rmtree(path, ignore_errors=True)
             future.set_exception(exc)
 
     def _discard_late(self, future: concurrent.futures.Future[Any]) -> None:
@@ -171,15 +195,28 @@ class EngineRunner:
         return str(getattr(engine, "dead_error", "EngineCore died"))
 
     def start_probe(self, timeout_s: float) -> concurrent.futures.Future[float]:
-        """`is_sleeping` is a round trip through the EngineCore's input and output queues that does no work."""
+        """vLLM's own `check_health()` (what the official backend asks: it raises once the engine is dead), then
+        `is_sleeping`, a round trip through the EngineCore's input and output queues that does no work; both
+        within one bound. A failure of either is a failed probe."""
         engine = self.engine
+
+        async def both() -> None:
+            await engine.check_health()
+            await engine.is_sleeping()
 
         async def probe() -> float:
             start = time.monotonic()
-            await asyncio.wait_for(engine.is_sleeping(), timeout_s)
+            await asyncio.wait_for(both(), timeout_s)
             return time.monotonic() - start
 
         return self.submit(probe())
+
+    def progress(self) -> float:
+        """Seconds the threads that answer a probe have run or waited for a CPU: the EngineCore processes' and this
+        loop's (backend.process_progress). Standing still while a probe waits means hung, not busy."""
+        cores = engine_processes(psutil.Process())
+        loop = thread_progress_s(self._loop_thread_id) if self._loop_thread_id is not None else 0.0
+        return sum(process_progress_s(p.pid) for p in cores) + loop
 
     def generate_one_token(self, timeout_s: float) -> None:
         """A real request through the whole engine: one generated token, or one embedding for a pooling model."""
@@ -245,17 +282,28 @@ class EngineRunner:
         self._stop_loop()
 
     def _shutdown_engine(self, engine: Any) -> None:
-        """On the loop when it runs (the output handler lives there), else here; never raises."""
-        async def shutdown() -> None:
-            engine.shutdown()
+        """On the loop when it runs (the output handler lives there), else here; never raises.
 
+        vLLM force-kills an EngineCore that has not exited within its grace period (5 s unless told), and an
+        orderly one takes about that long on two idle cores (its worker ≈ 3 s, then itself ≈ 2 s): longer on busy
+        ones. So it is given ENGINE_SHUTDOWN_GRACE_S, where the release lets it be told."""
+        grace = shutdown_grace(engine, ENGINE_SHUTDOWN_GRACE_S)
+
+        async def shutdown() -> None:
+            engine.shutdown(**grace)
+
+        started = time.monotonic()
         try:
             if self._thread.is_alive():
                 self.call(shutdown(), timeout=SHUTDOWN_TIMEOUT_S)
             else:
-                engine.shutdown()
+                engine.shutdown(**grace)
         except Exception:
             pass
+        self._log_info(f"engine shut down in {time.monotonic() - started:.1f} s")
+        path = self._ipc_paths.pop(id(engine), None)
+        if path is not None:  # its processes are gone: nobody uses these sockets any more
+            shutil.rmtree(path, ignore_errors=True)
 
     def _stop_loop(self) -> None:
         if self._thread.is_alive():

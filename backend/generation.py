@@ -162,7 +162,7 @@ class GenerationService:
         error: RequestError = InternalError(f"generation stopped unexpectedly (request id {inflight.request_id})")
         try:
             if inflight.cancelled:  # noticed before the request reached the engine: it never starts
-                raise RequestCancelled("request was cancelled by the client")
+                raise RequestCancelled.by_client()
             engine = self._runner.engine
             if engine is None:
                 raise EngineUnavailable("the engine is restarting")
@@ -224,7 +224,17 @@ class GenerationService:
     def _abort(self, inflight: InflightRequest) -> None:
         engine = self._runner.engine
         if engine is not None:
-            self._runner.submit(engine.abort(inflight.request_id))
+            self._runner.submit(self._abort_in_engine(engine, inflight))
+
+    async def _abort_in_engine(self, engine: Any, inflight: InflightRequest) -> None:
+        """A client's cancellation is logged with the official backend's lines ("[vllm] Cancelling the request"), at
+        its level (info)."""
+        if not inflight.cancelled:  # the backend's own abort (a failed send, an unload): no cancel lines
+            await engine.abort(inflight.request_id)
+            return
+        self._log.info(f"Cancelling the request (request id {inflight.request_id})")
+        await engine.abort(inflight.request_id)
+        self._log.info(f"Successfully cancelled the request (request id {inflight.request_id})")
 
     def _finished(self, inflight: InflightRequest, outcome: Outcome) -> None:
         if inflight.span is not None:

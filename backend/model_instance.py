@@ -30,7 +30,9 @@ from ..metrics.tracing import VLLM_SERVICE_NAME, RequestTracer, TraceSettings
 from .device import check_device
 from .engine_args import build_engine_args, load_model_json, resolve_local_paths, validate_engine_config
 from .engine_runner import EngineRunner
+from .engine_watch import STUB_PID
 from .generation import GenerationService
+from .ipc_dir import IpcDirectory
 from .lora import LoraRegistry
 from .parent_watch import ParentWatch
 from .response_thread import InflightRequest
@@ -61,7 +63,7 @@ class ModelInstance:
                 "any other mode can crash Triton); use restart or fail, or start the server in explicit mode"
             )
         inside, note = window_note(vllm_version())
-        (self.log.info if inside else self.log.warn)(f"[vllm] {note}")
+        (self.log.info if inside else self.log.warn)(note)
         engine_config = validate_engine_config(resolve_local_paths(load_model_json(model_dir), model_dir))
         check_device(engine_config, args, self.log, params.get("GPU_DEVICE_IDS"))
         self.lora = LoraRegistry.load(model_dir, engine_config)
@@ -74,12 +76,20 @@ class ModelInstance:
         stat_loggers = [*(self.metrics.stat_loggers(paused=own_request) if self.metrics else []),
                         *([self.heartbeat.logger_class()] if self.health_settings.enabled else [])]
         self.tracer = self._tracer(args, engine_config)
+        self.ipc = IpcDirectory.create()
+        os.environ[STUB_PID] = str(os.getpid())  # the EngineCore ends with this stub (backend.engine_watch)
         self.runner = EngineRunner(build_engine_args(engine_config), stat_loggers,
                                    start_timeout_s=self.settings.engine_start_timeout_s, log_info=self.log.info,
-                                   own_trace_headers=UNSAMPLED if "otlp_traces_endpoint" in engine_config else None)
-        ParentWatch(self.log).start()  # before the engine starts: a server killed meanwhile must not orphan it
+                                   own_trace_headers=UNSAMPLED if "otlp_traces_endpoint" in engine_config else None,
+                                   ipc=self.ipc)
+        # before the engine starts: a server killed meanwhile must not orphan it
+        ParentWatch(self.log, ipc_root=self.ipc.root).start()
         self.log.info(f"starting the vLLM engine for model {engine_config.get('model')!r} (then one warm-up request)")
-        self.runner.start()
+        try:
+            self.runner.start()
+        except BaseException:
+            self.ipc.remove()
+            raise
         # As vLLM's own API server does: move the millions of startup objects out of the collector's way, so
         # that a full collection does not pause the engine loop for a second under load.
         gc.collect()
@@ -200,4 +210,5 @@ class ModelInstance:
                 self.metrics.stop()
             if self.tracer is not None:
                 self.tracer.shutdown()
+            self.ipc.remove()
             self.log.info("unloaded: the engine and its processes are shut down")

@@ -4,14 +4,15 @@ vLLM's EngineCore and its worker are children of the Python stub and watch only 
 without unloading its models (SIGKILL, a crash, the OOM killer), the stub notices and exits within a second, but the
 EngineCore, the worker and their shared memory stay behind for good, holding the model's memory (on a GPU, its
 device memory), and so does the stub's shared-memory region, which only the server unlinks. This thread waits for
-the server process to end (on a pidfd: no polling), unlinks the region and sends SIGTERM to the EngineCore, which
-shuts down — its worker with it — as when vLLM's own front end stops it.
+the server process to end (on a pidfd: no polling), unlinks the region, removes the instance's IPC socket directory
+and sends SIGTERM to the EngineCore, which shuts down — its worker with it — as when vLLM's own front end stops it.
 """
 
 from __future__ import annotations
 
 import os
 import select
+import shutil
 import signal
 import threading
 import time
@@ -40,8 +41,9 @@ def engine_processes(stub: psutil.Process) -> list[psutil.Process]:
 
 
 class ParentWatch:
-    def __init__(self, log: Any, server_pid: int | None = None) -> None:
+    def __init__(self, log: Any, server_pid: int | None = None, ipc_root: Path | None = None) -> None:
         self._log = log
+        self._ipc_root = ipc_root  # the instance's IPC socket directory (backend.ipc_dir)
         self._server_pid = server_pid or os.getppid()
         self._thread = threading.Thread(target=self._run, name="vllm-parent-watch", daemon=True)
 
@@ -66,6 +68,8 @@ class ParentWatch:
         stub = psutil.Process()
         if (region := stub_region(stub.cmdline())) is not None:
             region.unlink(missing_ok=True)  # this process keeps its mapping; nobody else uses it any more
+        if self._ipc_root is not None:  # open sockets keep working without their files until the engine is down
+            shutil.rmtree(self._ipc_root, ignore_errors=True)
         processes = engine_processes(stub)
         for process in processes:
             try:

@@ -184,9 +184,9 @@ def decode_request(view: RequestView) -> GenerateRequest | EmbedRequest:
     stream = bool(_bool_input(view, "stream"))
     exclude = _bool_input(view, "exclude_input_in_output")
     if stream and exclude is False:
-        raise InvalidRequest(
-            "exclude_input_in_output: false is not allowed when streaming (streamed responses carry only new "
-            "text); omit it or set it to true"
+        raise InvalidRequest(  # the official backend's sentence first: its clients and tests match it
+            "Error generating stream: When streaming, `exclude_input_in_output` = False is not allowed. Streamed "
+            "responses carry only new text: omit exclude_input_in_output or set it to true"
         )
     prepend_input = not stream and not exclude
     outputs = OutputOptions(

@@ -136,7 +136,7 @@ class ResponseThread:
         error = item.error
         final = error is not None or (item.chunk is not None and item.chunk.finished)
         if item.chunk is not None and item.chunk.finished and request.cancelled:
-            error = RequestCancelled("request was cancelled by the client")
+            error = RequestCancelled.by_client()
         try:
             response = (
                 self._io.error_response(error) if error is not None

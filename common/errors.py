@@ -53,6 +53,11 @@ class RequestCancelled(RequestError):
     code = ErrorCode.CANCELLED
     outcome = Outcome.CANCELLED
 
+    @classmethod
+    def by_client(cls) -> RequestCancelled:
+        """The official backend's sentence first ("Request was cancelled"): its clients and tests match it."""
+        return cls("Request was cancelled by the client")
+
 
 class ConfigError(Exception):
     """The model's configuration is wrong: the model load fails with this message."""

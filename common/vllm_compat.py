@@ -10,12 +10,12 @@ running vLLM is inside the tested window.
 
 What stayed the same over the whole window (and so needs nothing here): `AsyncLLM` (`from_engine_args`,
 `generate`/`encode` with `trace_headers`, `abort`, `is_sleeping`, `check_health`, `errored`/`dead_error`,
-`get_supported_tasks`, `shutdown`), `StatLoggerBase.record`, the `PrometheusStatLogger` class attributes
-`_gauge_cls`/`_counter_cls`/`_histogram_cls`, `vllm.inputs.TokensPrompt`, `EngineDeadError` and the
-`AsyncEngineArgs` dataclass. Metric families were only ever added (`FAMILIES_SINCE`). Two differences need no code
-because the backend reads them from the running vLLM: the sampling parameters a request may send are the installed
-`SamplingParams` fields (`stream_interval` is one from 0.27), and model.json is checked against the installed
-`AsyncEngineArgs` (`max_num_queued_reqs` exists from 0.30).
+`get_supported_tasks`, `shutdown` — its grace period aside: `shutdown_grace`), `StatLoggerBase.record`, the
+`PrometheusStatLogger` class attributes `_gauge_cls`/`_counter_cls`/`_histogram_cls`, `vllm.inputs.TokensPrompt`,
+`EngineDeadError` and the `AsyncEngineArgs` dataclass. Metric families were only ever added (`FAMILIES_SINCE`).
+Two differences need no code because the backend reads them from the running vLLM: the sampling parameters a
+request may send are the installed `SamplingParams` fields (`stream_interval` is one from 0.27), and model.json is
+checked against the installed `AsyncEngineArgs` (`max_num_queued_reqs` exists from 0.30).
 
 Imported by every room; it imports vLLM only inside its functions.
 """
@@ -95,6 +95,18 @@ class RequestErrors:
         if isinstance(exc, self.wrapper) and exc.__cause__ is not None:
             return exc.__cause__
         return exc
+
+
+def shutdown_grace(engine: object, seconds: float) -> dict[str, float]:
+    """The keyword that gives vLLM's shutdown `seconds` before it force-kills the EngineCore, where the release has
+    it (`AsyncLLM.shutdown(timeout=...)`: 0.32 has it); else nothing, and vLLM keeps its own 5 s."""
+    import inspect
+
+    try:
+        parameters = inspect.signature(engine.shutdown).parameters  # type: ignore[attr-defined]
+    except (TypeError, ValueError, AttributeError):
+        return {}
+    return {"timeout": seconds} if "timeout" in parameters else {}
 
 
 @functools.cache

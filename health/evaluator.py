@@ -4,6 +4,11 @@ The EngineCore answers a probe between engine steps, so a probe sent while reque
 step. One that times out then says "a long step" (seconds per step are normal for a large model on CPU, or while a
 kernel is being compiled), not "a hung engine": it degrades, and how long a step may take is the stall watchdog's
 call (HEALTH_STALL_TIMEOUT_S). Only probes of an idle engine count towards HEALTH_FAILURE_THRESHOLD.
+
+An idle engine's late probe is judged by whether the engine's threads ran or waited for a CPU meanwhile (the
+kernel's scheduler statistics, backend.process_progress): if they did, the machine is busy (another engine loading
+beside this one) and the probe waits on, degraded, for up to HEALTH_STALL_TIMEOUT_S; if they stood still, the engine
+is hung (stopped, deadlocked) and the probe failed.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ class Observation:
     probe_latency: float | None = None  # a probe finished this tick, in this many seconds
     probe_error: str | None = None  # a probe failed this tick, with this reason
     probe_timed_out: bool = False  # ... because it got no answer in time (not an error from the engine)
+    # a probe of an idle engine is this late, but the engine's threads ran or waited for a CPU meanwhile
+    probe_waiting_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -59,6 +66,12 @@ class HealthEvaluator:
             return self._move(HealthState.UNHEALTHY, f"no engine progress for {stalled:.1f} s with {obs.inflight} "
                                                      f"request(s) in flight (HEALTH_STALL_TIMEOUT_S="
                                                      f"{self.settings.stall_timeout_s:g})")
+        if obs.probe_waiting_s is not None:
+            if self.state is HealthState.HEALTHY:
+                return self._move(HealthState.DEGRADED, f"engine probe unanswered after {obs.probe_waiting_s:.1f} s, "
+                                                        "but the engine's threads run or wait for a CPU: a busy "
+                                                        "machine, not a hung engine")
+            return None
         if obs.probe_timed_out and obs.inflight > 0:
             if self.state is HealthState.HEALTHY:
                 return self._move(HealthState.DEGRADED, f"engine probe waited behind a long engine step "

@@ -1,9 +1,9 @@
 """The background health monitor: death, stall watchdog, active probe, and the recovery policy.
 
 It runs in its own thread, never on the request path. Each tick (0.25 s) reads vLLM's dead-engine state, the
-in-flight count and the engine heartbeat; every HEALTH_CHECK_INTERVAL_S it sends a cheap round trip to the
-EngineCore (`is_sleeping`) without waiting for it, so a hung engine is noticed by the probe's timeout while
-death and stalls are still checked every tick.
+in-flight count and the engine heartbeat; every HEALTH_CHECK_INTERVAL_S it asks vLLM's own `check_health()` and
+sends a cheap round trip to the EngineCore (`is_sleeping`) without waiting for them, so a hung engine is noticed
+by the probe's timeout while death and stalls are still checked every tick.
 """
 
 from __future__ import annotations
@@ -22,6 +22,11 @@ from .ports import Engine, Incidents, Report, Requests
 from .settings import HealthSettings, Recovery
 
 TICK_S = 0.25
+# The official backend's answer to a request that meets an unhealthy engine: its clients and tests match it, so it
+# comes first; the model and the cause follow.
+UNHEALTHY_ANSWER = "Model is unavailable due to unhealthy vLLM engine"
+# A late probe's engine threads that ran or waited for a CPU this long meanwhile were short of CPU, not hung.
+PROGRESS_MIN_S = 0.001
 
 
 class _Untraced:
@@ -65,7 +70,8 @@ class HealthMonitor:
         self._incidents: Incidents = incidents or _Untraced()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="vllm-health", daemon=True)
-        self._probe: tuple[float, concurrent.futures.Future[Any]] | None = None
+        # the probe in flight: when it started, its answer, and the engine's progress() then
+        self._probe: tuple[float, concurrent.futures.Future[Any], float] | None = None
         self._next_probe = 0.0
         self._busy_since: float | None = None
         self._was_busy = False
@@ -97,10 +103,11 @@ class HealthMonitor:
         if inflight and not self._was_busy:
             self._busy_since = now
         self._was_busy = inflight > 0
-        latency, error, timed_out = self._probe_result(now)
+        latency, error, timed_out, waiting = self._probe_result(now, inflight)
         observation = Observation(now=now, dead=self._engine.dead_reason(), inflight=inflight,
                                   last_step=self._heartbeat.last_step, busy_since=self._busy_since,
-                                  probe_latency=latency, probe_error=error, probe_timed_out=timed_out)
+                                  probe_latency=latency, probe_error=error, probe_timed_out=timed_out,
+                                  probe_waiting_s=waiting)
         if latency is not None and self._report is not None:
             self._report.probe_latency(latency)
         transition = self.evaluator.evaluate(observation)
@@ -110,27 +117,44 @@ class HealthMonitor:
             self._try_to_recover()
         self._publish(observation)
 
-    def _probe_result(self, now: float) -> tuple[float | None, str | None, bool]:
-        """Start a probe when due; report one that finished or failed: (latency, error, whether it timed out)."""
+    def _probe_bound_s(self) -> float:
+        """How long a probe of an engine that is short of CPU may wait: as long as an engine step may take."""
+        return max(self.settings.probe_timeout_s, self.settings.stall_timeout_s)
+
+    def _probe_result(self, now: float, inflight: int) -> tuple[float | None, str | None, bool, float | None]:
+        """Start a probe when due; report one that finished or failed: (latency, error, whether it timed out, how
+        long an idle engine that is short of CPU has kept it waiting)."""
         if self._probe is None:
             if now >= self._next_probe and self._engine.running() and not self._finished:
-                self._probe = (now, self._engine.start_probe(self.settings.probe_timeout_s))
-            return None, None, False
-        started, future = self._probe
+                progress = self._engine.progress()
+                self._probe = (now, self._engine.start_probe(self._probe_bound_s()), progress)
+            return None, None, False, None
+        started, future, progress = self._probe
         if future.done():
             self._probe = None
             self._next_probe = now + self.settings.check_interval_s
             exc = future.exception()
             if exc is None:
-                return future.result(), None, False
+                return future.result(), None, False, None
             error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            return None, error, isinstance(exc, TimeoutError)
-        if now - started > self.settings.probe_timeout_s:
-            future.cancel()
-            self._probe = None
-            self._next_probe = now + self.settings.check_interval_s
-            return None, f"no answer within {self.settings.probe_timeout_s:g} s (HEALTH_PROBE_TIMEOUT_S)", True
-        return None, None, False
+            return None, error, isinstance(exc, TimeoutError), None
+        waited = now - started
+        if waited <= self.settings.probe_timeout_s:
+            return None, None, False, None
+        # Idle, late, but its threads ran or waited for a CPU meanwhile: a busy machine, not a hung engine (under
+        # load, a late probe is the long-step rule's and the stall watchdog's call instead).
+        if inflight == 0 and waited <= self._probe_bound_s() and (
+                self._engine.progress() - progress > PROGRESS_MIN_S):
+            return None, None, False, waited
+        future.cancel()
+        self._probe = None
+        self._next_probe = now + self.settings.check_interval_s
+        if waited > self._probe_bound_s() and inflight == 0:
+            return None, f"no answer within {self._probe_bound_s():g} s (HEALTH_STALL_TIMEOUT_S)", True, None
+        return None, (f"no answer within {self.settings.probe_timeout_s:g} s (HEALTH_PROBE_TIMEOUT_S), and the "
+                      "engine's threads neither ran nor waited for a CPU meanwhile"
+                      if inflight == 0 else
+                      f"no answer within {self.settings.probe_timeout_s:g} s (HEALTH_PROBE_TIMEOUT_S)"), True, None
 
     # -- transitions and recovery -----------------------------------------------------------------
     def _on_transition(self, transition: Transition) -> None:
@@ -140,11 +164,12 @@ class HealthMonitor:
         if transition.state is not HealthState.UNHEALTHY:
             return
         self._incidents.unhealthy(transition.cause)
-        error = EngineUnavailable(f"model {self._model} is unavailable: {transition.cause}")
+        error = EngineUnavailable(f"{UNHEALTHY_ANSWER} (model {self._model} is unavailable: {transition.cause})")
         self._requests.refuse_new_requests(error)
         self._requests.fail_inflight(error)
         self._publish(None)
         if self.settings.recovery is Recovery.UNLOAD:
+            self._log.error(f"Engine is not healthy and model will be unloaded: {transition.cause}")
             self._incidents.not_recovered("unloading the model (HEALTH_RECOVERY=unload)")
             self._unload_model()
         elif self.settings.recovery is Recovery.RESTART:

@@ -24,6 +24,10 @@ class Engine(Protocol):
     def start_probe(self, timeout_s: float) -> concurrent.futures.Future[float]:
         """A cheap round trip to the engine core, without waiting; the future's result is its latency in seconds."""
 
+    def progress(self) -> float:
+        """Seconds the engine's threads that answer a probe have run or waited for a CPU, as a running total: it
+        stands still when the engine is hung (stopped, deadlocked), and moves when it is only short of CPU."""
+
     def generate_one_token(self, timeout_s: float) -> None:
         """Serve a real one-token request; raise if the engine cannot within the timeout."""
 

@@ -49,7 +49,8 @@ class BackendFamilies:
                                  "(0 before the first; ages with time() - ..., growing while the engine is idle).")
 
         self.publishes = counter(names.METRICS_PUBLISHES, "Publishes of this instance's metrics to Triton "
-                                 "(one per interval; the cost families below divided by this are per publish).")
+                                 "(one per second, and more when requests finish; the cost families below divided by "
+                                 "this are per publish).")
         calls = counter(names.METRICS_PUBLISH_CALLS, "Triton custom-metric calls made to publish, by operation "
                         "(observe replays histograms, increment sends counters and gauges, set mends a gauge).",
                         labelnames=[names.OPERATION])

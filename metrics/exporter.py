@@ -72,7 +72,14 @@ class MetricsExporter:
 
     def stat_loggers(self, paused: Callable[[], bool]) -> list[type]:
         """vLLM's logger for this instance; it records nothing while `paused()` (the backend's own requests)."""
-        return [stat_logger_class(self.registry, self.errors, paused)]
+        return [stat_logger_class(self.registry, self.errors, paused, finished=self._changed)]
+
+    def _changed(self) -> None:
+        """Publish soon: requests finished (vLLM recorded their last step, or the backend counted an outcome); the
+        publisher coalesces. Other changes (a step's gauges and counters) wait for the periodic publish."""
+        publisher = self._publisher
+        if publisher is not None:
+            publisher.changed()
 
     def start(self, info: BackendInfo, inflight_count: Callable[[], int]) -> None:
         self.families = BackendFamilies(self.registry, info, inflight_count)
@@ -96,6 +103,7 @@ class MetricsExporter:
     def request_finished(self, outcome: Outcome) -> None:
         if self.families is not None:
             self.families.request_finished(outcome)
+            self._changed()
 
     def spans_dropped(self, count: int) -> None:
         if self.families is not None:

@@ -2,7 +2,11 @@
 
 It is the only code that calls `pb_utils.MetricFamily`/`Metric`. Each call is a synchronous IPC round trip to
 the server (≈ 30 µs on an idle core here, several times that on busy ones), so nothing of this runs on vLLM's
-event loop: once per interval the registry is snapshotted and only what changed is sent, as Triton's three kinds:
+event loop. The registry is snapshotted and only what changed is sent once per interval, and soon after
+`changed()` says requests finished — so a finished request is on /metrics within milliseconds, as with the
+official backend. Those publishes are coalesced: after each publish the thread rests MIN_GAP_S, or longer where
+the publish took more than DUTY of that rest in CPU time, but never more than the interval; so what publishing
+costs is bounded by a share of one core and by the interval, not by the traffic. Sent as Triton's three kinds:
 
 - counters: the increase since the last publish (a value lower than the last one is a reset — an engine
   restarted in place — and counts whole, so Triton's series stay monotonic);
@@ -35,6 +39,8 @@ from .histogram import BucketState, ReplayableHistogram, replay
 from .registry import InstanceRegistry, Kind
 
 _SeriesKey = tuple[str, tuple[tuple[str, str], ...]]
+MIN_GAP_S = 0.05  # changes within this long after a publish wait for the next one (coalesced)
+DUTY = 0.05  # publishing takes at most about this share of one core (CPU time), when requests keep finishing
 
 
 @dataclass
@@ -72,14 +78,32 @@ class TritonPublisher:
         self._cost = PublishCost()
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._changed = threading.Event()
         self._thread = threading.Thread(target=self._run, name="vllm-metrics", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
+    def changed(self) -> None:
+        """Requests finished: publish soon (from any thread, vLLM's event loop included; it does not wait)."""
+        self._changed.set()
+
     def _run(self) -> None:
-        while not self._stop.wait(self._interval_s):
+        last = time.monotonic()
+        while True:
+            self._changed.wait(max(0.0, last + self._interval_s - time.monotonic()))
+            self._changed.clear()  # a change from here on is seen by the next publish
+            if self._stop.is_set():
+                return
+            last = time.monotonic()
             self.flush()
+            if self._stop.wait(self.gap_s()):
+                return
+
+    def gap_s(self) -> float:
+        """How long the thread rests after a publish: MIN_GAP_S, or the last publish's CPU time over DUTY, at most
+        the interval. (CPU, not wall time: Triton's calls wait for the server with the GIL released.)"""
+        return min(self._interval_s, max(MIN_GAP_S, self._cost.cpu_s / DUTY))
 
     def flush(self) -> None:
         """Publish what changed; a failure is counted and publishing goes on at the next interval."""
@@ -155,10 +179,12 @@ class TritonPublisher:
                 if metric is None:
                     continue
                 previous = last[1] if same_series else BucketState.empty(len(bounds))
+                # recorded first: a replay that fails half-way is not sent again (Triton's histogram may lag
+                # vLLM's by what failed, but never counts an observation twice)
+                self._replayed[key] = (child, state)
                 for value, times in replay(previous, state, bounds):
                     for _ in range(times):
                         self._call(metric.observe, "observe", value)
-                self._replayed[key] = (child, state)
 
     def _call(self, method: Callable[[float], None], operation: str, value: float) -> None:
         method(value)
@@ -190,6 +216,7 @@ class TritonPublisher:
     def stop(self) -> None:
         """Publish what is pending, then drop every Triton metric object (before the stub exits)."""
         self._stop.set()
+        self._changed.set()
         if self._thread.is_alive():
             self._thread.join(10)
         self.flush()

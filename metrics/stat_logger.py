@@ -27,8 +27,14 @@ def _metric_attributes(classes: dict[Kind, type]) -> dict[str, type]:
             "_histogram_cls": classes[Kind.HISTOGRAM]}
 
 
+def _finished_requests(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether a record() call (scheduler_stats, iteration_stats, …) carries requests that finished in that step."""
+    iteration = kwargs.get("iteration_stats", args[1] if len(args) > 1 else None)
+    return bool(getattr(iteration, "finished_requests", None))
+
+
 def _guarded(base: type, method: str, registry: InstanceRegistry, errors: MetricErrors | None,
-             paused: Callable[[], bool]) -> Any:
+             paused: Callable[[], bool], finished: Callable[[], None]) -> Any:
     original = getattr(base, method)
 
     def call(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -38,6 +44,8 @@ def _guarded(base: type, method: str, registry: InstanceRegistry, errors: Metric
             registry.last_record = time.monotonic()
         try:
             original(self, *args, **kwargs)
+            if method == "record" and _finished_requests(args, kwargs):
+                finished()
         except Exception as exc:
             if errors is None:
                 raise
@@ -48,8 +56,11 @@ def _guarded(base: type, method: str, registry: InstanceRegistry, errors: Metric
 
 
 def stat_logger_class(registry: InstanceRegistry, errors: MetricErrors | None = None,
-                      paused: Callable[[], bool] = lambda: False) -> type:
+                      paused: Callable[[], bool] = lambda: False,
+                      finished: Callable[[], None] = lambda: None) -> type:
     """A PrometheusStatLogger subclass writing into `registry`; vLLM instantiates it (it is a factory by type).
+    `finished()` is called after a record of a step in which requests finished — in vLLM's output handler, before
+    their final outputs reach anyone — so it runs on vLLM's event loop and must not wait.
 
     Being a PrometheusStatLogger subclass also tells vLLM not to add its own Prometheus logger.
     """
@@ -63,5 +74,5 @@ def stat_logger_class(registry: InstanceRegistry, errors: MetricErrors | None = 
             attributes[helper] = type(base.__name__, (base,), dict(metric_classes))
     for method in STAT_LOGGER_CALLS:
         if hasattr(PrometheusStatLogger, method):
-            attributes[method] = _guarded(PrometheusStatLogger, method, registry, errors, paused)
+            attributes[method] = _guarded(PrometheusStatLogger, method, registry, errors, paused, finished)
     return type("TritonStatLogger", (PrometheusStatLogger,), attributes)

@@ -17,8 +17,10 @@ for path in (ROOT, ROOT / "scripts"):
 
 # The explicit-mode server's group first, on one worker; the other worker runs the modules with servers of their own
 # and then the shared default-mode server's group, so that no more than two servers' engines are up at once (each
-# engine takes ≈ 2.3 GB; see README "Tests"). The small single-engine modules come last: whichever worker is free
-# first takes them, which evens out the two workers' ends (≈ 95 s apart when they came before the shared server).
+# engine takes ≈ 2.3 GB; see README "Tests"). The residue and official-suite modules start servers of their own
+# while the explicit server runs, before the shared server is up (a session fixture: it stays up to the end). The
+# small single-engine modules come last: whichever worker is free first takes them, which evens out the two
+# workers' ends (≈ 95 s apart when they came before the shared server).
 # Kept in this order by --no-loadscope-reorder.
 # The modules that touch a vLLM API or behaviour (engine arguments, metric families and exact deltas, the stat-logger
 # guard, warm-up, health kill/stop, embeddings, LoRA, tracing headers, the bad-input corpus, unload): marked
@@ -26,12 +28,13 @@ for path in (ROOT, ROOT / "scripts"):
 # own tools (dashboards, alerts, Kubernetes, docs, bench, launcher), which the vLLM release does not change.
 VLLM_API_MODULES = {"test_engine_args", "test_metrics_pipeline", "test_vllm_compat", "test_generation_service",
                     "test_generate", "test_metrics", "test_health", "test_embeddings", "test_lifecycle",
-                    "test_reliability", "test_tracing", "test_model_config", "test_infer", "test_samples"}
+                    "test_reliability", "test_tracing", "test_model_config", "test_infer", "test_samples",
+                    "test_official_suites"}
 # Of those, tests that repeat another's vLLM work for the backend's own sake: not run again on the second vLLM.
 # The load/unload leak test is five cycles of what the first unload test does once (≈ 5 min on two cores).
 NOT_VLLM_API_TESTS = {"test_load_unload_cycles_leak_nothing"}
-GROUP_ORDER = ("explicit", "test_model_config", "test_serve", "test_ensemble", "test_tracing", "test_fleet",
-               "test_bench", "shared", "test_embeddings", "test_profile")
+GROUP_ORDER = ("explicit", "test_residue", "test_official_suites", "test_model_config", "test_serve", "test_ensemble",
+               "test_tracing", "test_fleet", "test_bench", "shared", "test_embeddings", "test_profile")
 
 
 def group_of(item: pytest.Item) -> str | None:

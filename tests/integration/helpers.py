@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -47,6 +48,65 @@ def explicit_mode_server(repo: Path, models: dict[str, dict[str, str]], startup:
     with TritonServer(repo, env={**server_env(), **(env or {})}, extra_args=args) as triton:
         triton.wait_ready(timeout=900, models=startup)
         yield triton
+
+
+def backends_with_vllm_plugin(directory: Path, name: str, source: str) -> Path:
+    """A copy of the assembled backends with a vLLM general plugin `name` (module source `source`, entry point
+    `name:register`) beside model.py: vLLM loads it when the engine arguments are built in the stub, and in the
+    EngineCore and worker. Pass the result as BACKEND_DIR to a server of the test's own."""
+    import shutil
+
+    backends = directory / "backends"
+    shutil.copytree(os.environ["BACKEND_DIR"], backends, symlinks=True)
+    (backends / "vllm" / f"{name}.py").write_text(source)
+    info = backends / "vllm" / f"{name}-0.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name.replace('_', '-')}\nVersion: 0.0\n")
+    (info / "entry_points.txt").write_text(f"[vllm.general_plugins]\n{name} = {name}:register\n")
+    return backends
+
+
+def repository(server: Any, action: str, model: str) -> requests.Response:
+    """Explicit mode's repository API: load or unload `model` (a load returns once the model is ready)."""
+    return requests.post(f"{server.http_url}/v2/repository/models/{model}/{action}", timeout=600)
+
+
+# -- load --------------------------------------------------------------------------------------------
+LONG_STREAM = {"stream": True, "max_tokens": 1000, "ignore_eos": True}
+
+
+class Stream(threading.Thread):
+    """One long streaming request in the background, recording when each event arrived (a connection the server
+    broke counts as an error event)."""
+
+    def __init__(self, server: Any, model: str) -> None:
+        super().__init__(daemon=True)
+        self.server, self.model = server, model
+        self.events: list[tuple[float, dict]] = []
+
+    def run(self) -> None:
+        url = f"{self.server.http_url}/v2/models/{self.model}/generate_stream"
+        try:
+            with requests.post(url, json={"text_input": "load", "parameters": LONG_STREAM}, stream=True,
+                               timeout=120) as r:
+                for line in r.iter_lines():
+                    if line.startswith(b"data: "):
+                        self.events.append((time.monotonic(), json.loads(line[6:])))
+        except requests.RequestException as exc:
+            self.events.append((time.monotonic(), {"error": f"connection: {type(exc).__name__}"}))
+
+    @property
+    def error(self) -> tuple[float, str] | None:
+        return next(((t, e["error"]) for t, e in self.events if "error" in e), None)
+
+
+def start_load(server: Any, model: str, n: int = 3) -> list[Stream]:
+    """`n` long streams under way (each has had two events)."""
+    streams = [Stream(server, model) for _ in range(n)]
+    for s in streams:
+        s.start()
+    wait_until(lambda: all(len(s.events) >= 2 for s in streams), timeout=60)
+    return streams
 
 
 # -- processes ----------------------------------------------------------------------------------------
@@ -139,6 +199,22 @@ def leaked(ours: set[str], timeout: float = 10.0) -> set[str]:
             and time.monotonic() < deadline:
         time.sleep(0.5)
     return left
+
+
+def ipc_directory(stub: psutil.Process) -> Path | None:
+    """The stub's IPC socket directory (backend.ipc_dir), one per instance, in the temp directory."""
+    import tempfile
+
+    from vllm_triton_observable.backend.ipc_dir import PREFIX
+
+    found = sorted(Path(tempfile.gettempdir()).glob(f"{PREFIX}{stub.pid}-*"))
+    assert len(found) <= 1, found
+    return found[0] if found else None
+
+
+def ipc_sockets(directory: Path) -> list[Path]:
+    """The engines' socket files under an instance's IPC directory: {engine number}/{uuid}."""
+    return sorted(p for p in directory.rglob("*") if p.is_socket())
 
 
 def engine_of(stub: psutil.Process) -> tuple[psutil.Process, psutil.Process]:

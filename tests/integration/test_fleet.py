@@ -35,7 +35,7 @@ def fleet(tmp_path_factory):
     repo = tmp_path_factory.mktemp("fleet_repository")
     # fail: a dead engine stays unhealthy (no restart), so the per-replica alert can be watched
     write_model(repo, MODEL, BASE_ENGINE, params={"REPORT_CUSTOM_METRICS": "true", "ENABLE_VLLM_HEALTH_CHECK": "true",
-                                                  "HEALTH_RECOVERY": "fail", "HEALTH_PROBE_TIMEOUT_S": "30"})
+                                                  "HEALTH_RECOVERY": "fail"})
     servers = [TritonServer(repo, env=server_env(),
                             extra_args=[f"--backend-config=python,shm-region-prefix-name=fleet{i}_{os.getpid()}_"])
                for i in range(2)]

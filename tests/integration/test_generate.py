@@ -156,7 +156,7 @@ LONG_PROMPT = "word " * 1200
     ("vllm_model", {"parameters": {"lora_name": "tiny-lora"}}, "LoRA is not enabled for this model"),
     ("vllm_lora", {"parameters": {"lora_name": "nope"}}, "unknown adapter 'nope'; available: tiny-lora"),
     ("vllm_model", {"stream": True, "exclude_input_in_output": False},
-     "exclude_input_in_output: false is not allowed when streaming"),
+     "Error generating stream: When streaming, `exclude_input_in_output` = False is not allowed."),
     ("vllm_infer", {"sampling_parameters": "{max_tokens: 3"}, "sampling_parameters: not valid JSON"),
     ("vllm_infer", {"parameters": {"max_tokens": 0}}, "max_tokens must be at least 1, got 0"),
     ("vllm_infer", {"text_input": LONG_PROMPT}, "maximum context length is 1024 tokens"),
@@ -204,3 +204,7 @@ def test_client_cancellation_aborts_the_engine_request(server):
     generated = (value(scrape(server), names.VLLM_GENERATION_TOKENS, **labels)
                  - value(before, names.VLLM_GENERATION_TOKENS, **labels))
     assert generated < 1000  # the engine stopped generating for the cancelled request
+    # the official backend's log lines (its L0_backend_vllm request-cancellation suite greps for the first)
+    log = server.log_text()
+    assert log.count("[vllm] Cancelling the request") > 0, log[-2000:]
+    assert log.count("[vllm] Successfully cancelled the request") > 0, log[-2000:]

@@ -6,22 +6,35 @@ short timeouts so that each fault resolves in seconds.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import signal
-import threading
 import time
 
 import requests
 from conftest import EXPLICIT_STARTUP, FAST_HEALTH
-from helpers import engine_of, generate, scrape, snapshot, stub_of, value, wait_until
+from helpers import (
+    Stream,
+    engine_of,
+    generate,
+    ipc_directory,
+    ipc_sockets,
+    repository,
+    scrape,
+    snapshot,
+    start_load,
+    stub_of,
+    value,
+    wait_until,
+)
 from prometheus_server import Prometheus, generated_rules
 from triton_launcher import gpu_present
 
 from observability.promql import error_ratio
+from vllm_triton_observable.health.monitor import UNHEALTHY_ANSWER
 from vllm_triton_observable.metrics import names
 
-LONG = {"stream": True, "max_tokens": 1000, "ignore_eos": True}
 # How soon after a killed engine process every stream has its error. vLLM notices at once (process sentinel) and
 # the monitor ticks every 0.25 s; the rest is delivery on two cores the other test worker keeps busy starting
 # engines (1.01 s seen once in CI). Still below what the probe (0.5 s + 1 s timeout, twice) or the stall
@@ -34,35 +47,6 @@ def engine_processes(server, model: str) -> tuple[int, int]:
     """(EngineCore pid, Worker pid) of a model's engine."""
     core, worker = engine_of(stub_of(server, model))
     return core.pid, worker.pid
-
-
-# -- load --------------------------------------------------------------------------------------------
-class Stream(threading.Thread):
-    """One streaming request in the background, recording when each event arrived."""
-
-    def __init__(self, server, model: str) -> None:
-        super().__init__(daemon=True)
-        self.server, self.model = server, model
-        self.events: list[tuple[float, dict]] = []
-
-    def run(self) -> None:
-        url = f"{self.server.http_url}/v2/models/{self.model}/generate_stream"
-        with requests.post(url, json={"text_input": "load", "parameters": LONG}, stream=True, timeout=120) as r:
-            for line in r.iter_lines():
-                if line.startswith(b"data: "):
-                    self.events.append((time.monotonic(), json.loads(line[6:])))
-
-    @property
-    def error(self) -> tuple[float, str] | None:
-        return next(((t, e["error"]) for t, e in self.events if "error" in e), None)
-
-
-def start_load(server, model: str, n: int = 3) -> list[Stream]:
-    streams = [Stream(server, model) for _ in range(n)]
-    for s in streams:
-        s.start()
-    wait_until(lambda: all(len(s.events) >= 2 for s in streams), timeout=60)
-    return streams
 
 
 def errors_after(streams: list[Stream], since: float, within: float) -> list[str]:
@@ -117,6 +101,8 @@ def test_sigkill_enginecore_under_load_with_restart(explicit_server, tmp_path):
     lowered to one restart) pages, though the engine is healthy again."""
     model = "h_restart"
     assert metric(explicit_server, names.ENGINE_HEALTHY, model) == 1
+    ipc = ipc_directory(stub_of(explicit_server, model))
+    first_engine = {p.parent.name for p in ipc_sockets(ipc)}
     rules = generated_rules(tmp_path, unhealthy_for="1s", crash_loop_restarts=1)
     with Prometheus(tmp_path, [f"127.0.0.1:{explicit_server.metrics_port}"], [rules]) as prometheus:
         prometheus.wait_for_scrapes(3)
@@ -149,6 +135,10 @@ def test_sigkill_enginecore_under_load_with_restart(explicit_server, tmp_path):
     status, body = generate(explicit_server, model, {"text_input": "Hi", "parameters": {"max_tokens": 2}})
     assert status == 200, body
     assert "engine restarted in place" in explicit_server.log_text()
+    # the killed engine's IPC sockets went with it; the new engine's are in a directory of their own
+    engines = {p.parent.name for p in ipc_sockets(ipc)}
+    assert len(first_engine) == 1 and len(engines) == 1 and engines != first_engine, (first_engine, engines)
+    assert [p.name for p in ipc.iterdir()] == list(engines)
     # the new engine's histograms start at 0; Triton's histogram goes on from the old engine's counts
     wait_until(lambda: value(scrape(explicit_server), ttft, model=model) == before + 1, timeout=10)
 
@@ -195,8 +185,8 @@ def test_sigstop_enginecore_is_detected_and_sigcont_recovers_under_fail(explicit
     os.kill(core, signal.SIGSTOP)
     try:
         bound = float(FAST_HEALTH["HEALTH_STALL_TIMEOUT_S"]) + float(FAST_HEALTH["HEALTH_CHECK_INTERVAL_S"]) + 1.0
-        for message in errors_after(streams, stopped, within=bound):
-            assert f"model {model} is unavailable" in message, message
+        for message in errors_after(streams, stopped, within=bound):  # the official sentence first
+            assert message.startswith(f"{UNHEALTHY_ANSWER} (model {model} is unavailable"), message
         wait_until(lambda: metric(explicit_server, names.ENGINE_HEALTHY, model) == 0, timeout=3)
         started = time.monotonic()
         status, body = generate(explicit_server, model, {"text_input": "Hi", "parameters": {"max_tokens": 2}})
@@ -277,3 +267,50 @@ def test_monitor_off_keeps_the_official_behaviour_and_the_error_ratio_sees_it(ex
 
         wait_until(lambda: ratio() > 0, timeout=20, interval=0.5)
         wait_until(firing, timeout=30, interval=0.5)
+
+
+def test_a_busy_machine_is_not_a_hung_engine_and_a_stopped_one_is(explicit_server, record_property):
+    """With the monitor's defaults, an idle engine stays healthy while two other engines start on the same two
+    cores (its probes may be late: its threads wait for a CPU, which a hung engine's do not); then its EngineCore,
+    stopped with SIGSTOP, is unhealthy within two probe periods (README, Health)."""
+    model = "h_default"
+    # room for three more engines in memory beside the others on this machine (no later test uses h_off)
+    assert repository(explicit_server, "unload", "h_off").status_code == 200
+    assert repository(explicit_server, "load", model).status_code == 200
+    states: set[str] = set()
+
+    def watch() -> None:
+        families = scrape(explicit_server)
+        states.update(s for s in ("healthy", "degraded", "unhealthy")
+                      if value(families, names.ENGINE_HEALTH_STATE, model=model, state=s) == 1)
+
+    started = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        loads = [pool.submit(repository, explicit_server, "load", m) for m in ("busy_a", "busy_b")]
+        while not all(f.done() for f in loads):
+            watch()
+            time.sleep(0.5)
+    loaded = time.monotonic() - started
+    assert all(f.result().status_code == 200 for f in loads), [f.result().text for f in loads]
+    watch()
+    assert "unhealthy" not in states, states
+    assert metric(explicit_server, names.ENGINE_PROBE_FAILURES, model) == 0
+    for busy in ("busy_a", "busy_b"):
+        assert repository(explicit_server, "unload", busy).status_code == 200
+    record_property("report", f"busy machine: two engines loaded beside an idle one in {loaded:.0f} s; its health "
+                              f"states meanwhile: {sorted(states)}")
+
+    core, _ = engine_processes(explicit_server, model)
+    stopped = time.monotonic()
+    os.kill(core, signal.SIGSTOP)
+    try:
+        # a probe starts within HEALTH_CHECK_INTERVAL_S (5 s) and fails after HEALTH_PROBE_TIMEOUT_S (5 s); twice
+        wait_until(lambda: metric(explicit_server, names.ENGINE_HEALTHY, model) == 0, timeout=40, interval=0.25)
+        detected = time.monotonic() - stopped
+        assert detected <= 2 * (5 + 5) + 2, detected
+        assert "the engine's threads neither ran nor waited for a CPU meanwhile" in explicit_server.log_text()
+    finally:
+        os.kill(core, signal.SIGCONT)
+    record_property("report", f"an idle engine stopped with SIGSTOP: unhealthy after {detected:.1f} s (bound 22 s)")
+    wait_until(lambda: metric(explicit_server, names.ENGINE_HEALTHY, model) == 1, timeout=60, interval=0.5)
+    assert repository(explicit_server, "unload", model).status_code == 200

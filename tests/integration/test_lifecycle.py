@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -17,7 +18,20 @@ from pathlib import Path
 import psutil
 import pytest
 import requests
-from helpers import BASE_ENGINE, cmdline, engine_of, generate, snapshot, stub_of, value, wait_until, write_model
+from helpers import (
+    BASE_ENGINE,
+    cmdline,
+    engine_of,
+    generate,
+    ipc_directory,
+    ipc_sockets,
+    repository,
+    snapshot,
+    stub_of,
+    value,
+    wait_until,
+    write_model,
+)
 from triton_launcher import gpu_present, shm_in_use
 
 from vllm_triton_observable.metrics import names
@@ -29,10 +43,6 @@ def lifecycle_models(explicit_server):
     with ThreadPoolExecutor(2) as pool:
         answers = list(pool.map(lambda m: repository(explicit_server, "load", m), ["life", "short_drain"]))
     assert all(a.status_code == 200 for a in answers), [a.text for a in answers]
-
-
-def repository(server, action: str, model: str) -> requests.Response:
-    return requests.post(f"{server.http_url}/v2/repository/models/{model}/{action}", timeout=600)
 
 
 def ready(server, model: str) -> bool:
@@ -118,18 +128,31 @@ def test_unload_aborts_what_outlives_the_drain_bound(explicit_server):
 def test_load_unload_cycles_leak_nothing(explicit_server, record_property):
     server = psutil.Process(explicit_server.process.pid)
     children_before = {p.pid for p in server.children(recursive=True)}
+    log_before = len(explicit_server.log_text())
     rss, used = [], set()  # what each cycle's engine had under /dev/shm (other workers' servers have theirs there)
     for _ in range(5):
         assert repository(explicit_server, "load", "life").status_code == 200
         status, body = generate(explicit_server, "life", {"text_input": "cycle", "parameters": {"max_tokens": 4}})
         assert status == 200, body
-        used |= shm_in_use(tree(stub_of(explicit_server, "life")))
+        stub = stub_of(explicit_server, "life")
+        used |= shm_in_use(tree(stub))
+        # vLLM's IPC sockets are in the instance's own directory (not loose in the temp directory), gone at unload
+        ipc = ipc_directory(stub)
+        assert ipc is not None and [p.parent.name for p in ipc_sockets(ipc)] and all(
+            p.parent.parent == ipc for p in ipc_sockets(ipc)), ipc
         assert repository(explicit_server, "unload", "life").status_code == 200
         wait_until(lambda: {p.pid for p in server.children(recursive=True)} <= children_before, timeout=60)
+        assert not ipc.exists(), sorted(ipc.rglob("*"))
         rss.append(server.memory_info().rss)
     assert len(used) >= 5  # every cycle's stub region, at least
     # gone once nothing uses them (an ending process's semaphores are unlinked by its resource tracker just after)
     wait_until(lambda: not (used & set(os.listdir("/dev/shm"))) - shm_in_use(), timeout=10)
+    # an orderly shutdown each time: vLLM force-killed nothing, and each took (reported) …
+    cycles_log = explicit_server.log_text()[log_before:]
+    assert "force killing" not in cycles_log, [line for line in cycles_log.splitlines() if "force killing" in line]
+    shutdowns = [float(s) for s in re.findall(r"engine shut down in ([0-9.]+) s", cycles_log)]
+    assert len(shutdowns) == 5, shutdowns
+    record_property("report", f"engine shutdown at unload (s), five cycles: {shutdowns}")
     growth = (rss[-1] - rss[0]) / rss[0]
     # reported at the end of the test run, not asserted: the server's allocator keeps some
     record_property("report", f"tritonserver RSS after each load/unload cycle (MiB): {[r // 2**20 for r in rss]}; "

@@ -85,19 +85,11 @@ def test_a_missing_module_of_vllm_fails_the_load_at_once_with_the_cause(tmp_path
     """With `tvm_ffi` unimportable in every vLLM process, as on the GPU host, importing vLLM's engine fails
     (xgrammar, its structured-output backend, needs it): the load fails within seconds, naming the module, where it
     once sat in "loading" until killed (the import ran outside the start's error handling)."""
-    import shutil
-
     import requests
-    from helpers import server_env, wait_until, write_model
+    from helpers import backends_with_vllm_plugin, server_env, wait_until, write_model
     from triton_launcher import TritonServer
 
-    backends = tmp_path / "backends"
-    shutil.copytree(os.environ["BACKEND_DIR"], backends, symlinks=True)
-    (backends / "vllm" / "hide_tvm_ffi.py").write_text(HIDE_TVM_FFI)
-    info = backends / "vllm" / "hide_tvm_ffi-0.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: hide-tvm-ffi\nVersion: 0.0\n")
-    (info / "entry_points.txt").write_text("[vllm.general_plugins]\nhide_tvm_ffi = hide_tvm_ffi:register\n")
+    backends = backends_with_vllm_plugin(tmp_path, "hide_tvm_ffi", HIDE_TVM_FFI)
     # vLLM loads its general plugins when the engine arguments are built, in the stub, before the engine's import
     repo = tmp_path / "repository"
     write_model(repo, "structured")

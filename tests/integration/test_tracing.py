@@ -40,10 +40,10 @@ VLLM_SPAN = "llm_request"
 @pytest.fixture(scope="module")
 def traced(tmp_path_factory):
     repo = tmp_path_factory.mktemp("traced_repository")
-    # Health on with restart (the incident test kills the engine last): the probe tolerates engines starting beside it.
+    # Health on with restart (the incident test kills the engine last), with the monitor's default timeouts.
     # OTLP metrics on, every half second, to the same receiver.
     write_model(repo, MODEL, BASE_ENGINE, params={"REPORT_CUSTOM_METRICS": "true", "ENABLE_VLLM_HEALTH_CHECK": "true",
-                                                  "HEALTH_RECOVERY": "restart", "HEALTH_PROBE_TIMEOUT_S": "30",
+                                                  "HEALTH_RECOVERY": "restart",
                                                   "HEALTH_RESTART_BACKOFF_S": "0.5", "OTLP_METRICS": "true"})
     with OtlpReceiver() as receiver:
         env = {**{k: v for k, v in server_env().items() if not k.startswith("OTEL_")},

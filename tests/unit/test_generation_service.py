@@ -15,12 +15,15 @@ from vllm_triton_observable.backend.lora import LoraRegistry
 
 class Log:
     def __init__(self):
-        self.errors = []
+        self.errors, self.infos = [], []
 
     def error(self, message):
         self.errors.append(message)
 
-    info = warn = error
+    def info(self, message):
+        self.infos.append(message)
+
+    warn = error
 
 
 class FakeEngine:
@@ -157,6 +160,32 @@ def test_a_cancelled_generation_task_still_answers():
         runner.loop.call_soon_threadsafe(task.cancel)
     _, code, message = final(sender)
     assert code == "UNAVAILABLE" and "being unloaded" in message
+
+
+class Abortable(FakeEngine):
+    """Generates until aborted, then ends the stream as vLLM does (a finished output)."""
+
+    def __init__(self):
+        super().__init__()
+        self.aborted = asyncio.Event()
+
+    async def generate(self, *args, **kwargs):
+        await asyncio.wait_for(self.aborted.wait(), 10)
+        yield output("", True)
+
+    async def abort(self, request_id):
+        self.aborted.set()
+
+
+def test_a_client_cancellation_is_logged_with_the_official_lines_and_answered_with_its_sentence():
+    service, _, sender, log = serve(Abortable())
+    (request,) = service.responses.inflight()
+    sender.cancelled = True
+    _, code, message = final(sender)
+    assert code == "CANCELLED" and message.startswith("Request was cancelled")
+    rid = request.request_id
+    assert log.infos == [f"Cancelling the request (request id {rid})",  # the logger adds "[vllm] "
+                         f"Successfully cancelled the request (request id {rid})"]
 
 
 def test_drain_lets_requests_finish_then_aborts_the_rest():

@@ -25,6 +25,7 @@ class FakeEngine:
     def __init__(self) -> None:
         self.dead: str | None = None
         self.hung = False
+        self.starved = False  # its threads run or wait for a CPU (a busy machine); else a hung one stands still
         self.probes: list[concurrent.futures.Future[float]] = []
         self.restart_failures = 0
         self.restarts: list[float] = []
@@ -42,6 +43,9 @@ class FakeEngine:
             future.set_result(0.001)
         self.probes.append(future)
         return future
+
+    def progress(self) -> float:
+        return time.monotonic() if self.starved else 0.0
 
     def generate_one_token(self, timeout_s: float) -> None:
         self.generates += 1
@@ -136,6 +140,32 @@ def test_a_probe_that_never_answers_times_out_degrades_then_fails():
     assert len(unanswered) >= 2 and all(p.cancelled() for p in unanswered[:-1])  # timed out probes are cancelled
     assert isinstance(requests.refusal[-1], EngineUnavailable) and isinstance(requests.failed[-1], EngineUnavailable)
     assert engine.restarts == []  # `fail` never restarts
+
+
+def test_an_idle_engine_short_of_cpu_waits_degraded_and_is_healthy_once_it_answers():
+    """A late probe of an idle engine whose threads run or wait for a CPU: a busy machine (another engine loading
+    beside it), not a hung engine. It waits on, degraded, never failed; its answer makes the engine healthy."""
+    m, engine, requests, report, log = monitor(Recovery.FAIL, stall_timeout_s=0.4)
+    tick_for(m, 0.05)
+    engine.hung = engine.starved = True
+    tick_for(m, 0.3)  # six probe timeouts: a hung engine would be unhealthy by now (test above)
+    assert report.states == [HealthState.HEALTHY, HealthState.DEGRADED] and requests.failed == []
+    assert any("but the engine's threads run or wait for a CPU: a busy machine, not a hung engine" in line
+               for line in log.lines), log.lines
+    late = engine.probes[-1]
+    assert not late.done() and m.evaluator.consecutive_failures == 0
+    engine.hung = False
+    late.set_result(0.3)
+    tick_for(m, 0.1)
+    assert report.states[-1] is HealthState.HEALTHY and requests.failed == []
+
+
+def test_a_probe_kept_waiting_longer_than_the_stall_timeout_fails_even_on_a_busy_machine():
+    m, engine, requests, report, log = monitor(Recovery.FAIL, stall_timeout_s=0.1)
+    engine.hung = engine.starved = True
+    tick_for(m, 0.6)
+    assert report.states[-1] is HealthState.UNHEALTHY
+    assert any("no answer within 0.1 s (HEALTH_STALL_TIMEOUT_S)" in line for line in log.lines), log.lines
 
 
 def test_probes_that_wait_behind_a_long_step_leave_it_to_the_stall_watchdog():

@@ -37,7 +37,18 @@ def dest(tmp_path_factory):
 
 
 def test_the_installed_backend_is_model_py_and_one_package(dest):
-    assert sorted(p.name for p in dest.iterdir()) == ["model.py", "vllm_triton_observable"]
+    assert sorted(p.name for p in dest.iterdir()) == ["model.py", "vllm_triton_observable",
+                                                      "vllm_triton_observable-0.1.0.dist-info"]
+
+
+def test_the_package_registers_its_vllm_plugin_where_vllm_looks(dest):
+    """vLLM loads the `vllm.general_plugins` entry points it finds on sys.path (the backend directory is on it)."""
+    found = subprocess.run([sys.executable, "-c", f"""
+import sys; sys.path.insert(0, {str(dest)!r})
+from importlib.metadata import entry_points
+print([e.value for e in entry_points(group="vllm.general_plugins") if e.name == "vllm_triton_engine_watch"])
+"""], capture_output=True, text=True, check=True).stdout
+    assert found.strip() == "['vllm_triton_observable.backend.engine_watch:register']", found
     package = dest / "vllm_triton_observable"
     assert sorted(p.name for p in package.iterdir()) == ["__init__.py", *sorted(GENERIC)]
     assert not (package / "backend" / "model.py").exists()

@@ -312,6 +312,65 @@ def test_a_restarted_engines_histogram_continues_where_the_old_one_ended():
     assert len(FakeFamily.created["vllm:x_seconds"].metrics) == 1
 
 
+def test_a_replay_failing_half_way_is_not_sent_twice():
+    """Triton's histogram may lag vLLM's by what a failed publish did not send, but never counts one twice."""
+    registry, errors, publisher, logged = setup()
+    histogram = registry.classes()[Kind.HISTOGRAM]("vllm:x_seconds", "doc", buckets=[0.1, 1.0])
+    publisher.flush()
+    triton = FakeFamily.created["vllm:x_seconds"].metrics[0]
+    real_observe, sent = triton.observe, []
+
+    def observe_once_then_fail(value):
+        if sent:
+            raise RuntimeError("the stub lost its connection to the server")
+        sent.append(value)
+        real_observe(value)
+
+    triton.observe = observe_once_then_fail
+    for v in (0.05, 0.5, 5.0):
+        histogram.observe(v)
+    publisher.flush()
+    assert sent == [0.05] and logged  # half-way, and reported
+    triton.observe = real_observe
+    publisher.flush()
+    histogram.observe(0.5)
+    publisher.flush()
+    assert sorted(triton.observed) == [0.05, 0.5]  # the failed interval is not replayed again; later ones are
+
+
+def test_a_change_is_published_at_once_and_changes_are_coalesced():
+    import time
+
+    from vllm_triton_observable.metrics.publisher import MIN_GAP_S
+
+    registry, _, publisher, _ = setup(interval_s=60.0)  # without changed(), nothing would publish for a minute
+    published = []
+    publisher._on_cost = published.append
+    counter = registry.classes()[Kind.COUNTER]("vllm:c", "doc")
+    publisher.flush()
+    publisher.start()
+    try:
+        counter.inc()
+        publisher.changed()
+        deadline = time.monotonic() + 10
+        while value("vllm:c_total") != 1:
+            assert time.monotonic() < deadline, "a change was not published"
+            time.sleep(0.005)
+        before, started = len(published), time.monotonic()
+        while time.monotonic() - started < 0.5:  # a change every 1 ms, as vLLM's steps under load
+            counter.inc()
+            publisher.changed()
+            time.sleep(0.001)
+        publisher.changed()
+        took = time.monotonic() - started
+        while value("vllm:c_total") != counter._value.get():
+            assert time.monotonic() < deadline, "the last change was not published"
+            time.sleep(0.005)
+        assert 1 <= len(published) - before <= took / MIN_GAP_S + 2, len(published) - before  # not 500
+    finally:
+        publisher.stop()
+
+
 def test_the_cost_of_each_publish_is_counted():
     registry, _, publisher, _ = setup()
     costs = []
@@ -341,6 +400,27 @@ def test_records_while_paused_are_left_out():
     logger.record(None, stats)
     publisher.flush()
     assert value(f"{names.VLLM_GENERATION_TOKENS}") == 5 and registry.last_record is not None and not logged
+
+
+def test_a_step_in_which_requests_finished_asks_for_a_publish():
+    """Before the finished requests' final outputs reach anyone: a scrape right after the response finds them."""
+    from vllm.v1.engine import FinishReason
+    from vllm.v1.metrics.stats import FinishedRequestStats, IterationStats
+
+    from vllm_triton_observable.metrics.catalogue import BASE_ENGINE, vllm_config
+    from vllm_triton_observable.metrics.stat_logger import stat_logger_class
+
+    registry, errors, _, logged = setup()
+    asked = []
+    logger = stat_logger_class(registry, errors, finished=lambda: asked.append(1))(vllm_config(BASE_ENGINE), [0])
+    stats = IterationStats()
+    stats.num_generation_tokens = 1
+    logger.record(None, stats)
+    assert asked == []  # a step like any other: the periodic publish sends it
+    stats.finished_requests.append(FinishedRequestStats(FinishReason.LENGTH, e2e_latency=0.5,
+                                                        num_prompt_tokens=3, num_generation_tokens=2))
+    logger.record(scheduler_stats=None, iteration_stats=stats)
+    assert asked == [1] and not logged
 
 
 def test_the_registry_as_otlp_metrics_with_exemplars():

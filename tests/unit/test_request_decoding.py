@@ -46,7 +46,8 @@ def test_streaming_never_prepends_the_prompt():
 
 
 def test_streaming_with_exclude_false_is_rejected():
-    with pytest.raises(InvalidRequest, match="exclude_input_in_output: false is not allowed when streaming"):
+    official = r"^Error generating stream: When streaming, `exclude_input_in_output` = False is not allowed\."
+    with pytest.raises(InvalidRequest, match=official):
         decode_request(view(stream=True, exclude_input_in_output=False))
 
 

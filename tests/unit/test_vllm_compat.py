@@ -35,3 +35,14 @@ def test_families_since_a_release_are_looked_up_by_vllm_or_exposed_name():
     assert vllm_compat.family_since("vllm:admission_rejections_total") == "0.32"
     assert vllm_compat.family_since("vllm:request_num_preemptions") == "0.30"
     assert vllm_compat.family_since("vllm:num_preemptions_total") is None
+
+
+def test_the_shutdown_grace_is_given_where_the_release_takes_it():
+    class Takes:
+        def shutdown(self, timeout=None): ...
+
+    class Lacks:
+        def shutdown(self): ...
+
+    assert vllm_compat.shutdown_grace(Takes(), 15.0) == {"timeout": 15.0}
+    assert vllm_compat.shutdown_grace(Lacks(), 15.0) == {}

@@ -1,0 +1,170 @@
+"""No fault leaves residue: SIGKILL of the EngineCore, of the worker, of the stub and of tritonserver, each under
+streaming load, twice, on a machine kept busy on purpose (a CPU burner beside the other test worker's servers).
+After each, within a bound, every process of that model instance has ended, and every shared-memory segment,
+semaphore and IPC socket file it had is gone. The time each took is reported at the end of the test run.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+from helpers import (
+    BASE_ENGINE,
+    engine_of,
+    generate,
+    ipc_directory,
+    leaked,
+    server_env,
+    start_load,
+    stub_of,
+    wait_until,
+    write_model,
+)
+from triton_launcher import TritonServer, shm_in_use
+
+MODEL = "victim"
+# Found dead at once (vLLM's process sentinel), a new engine in place after half a second.
+PARAMS = {"REPORT_CUSTOM_METRICS": "true", "ENABLE_VLLM_HEALTH_CHECK": "true", "HEALTH_RECOVERY": "restart",
+          "HEALTH_RESTART_BACKOFF_S": "0.5", "HEALTH_RESTART_MAX_ATTEMPTS": "3"}
+GONE_BOUND_S = 30.0  # every process ended and everything it had freed, on two busy cores
+REPEAT = 2
+
+
+@pytest.fixture(scope="module")
+def busy_machine() -> Iterator[None]:
+    """A CPU burner beside the tests, on top of the other test worker's servers. At nice 10 (about a tenth of a
+    core against each busy process): the other worker's timed tests run beside it."""
+    burner = subprocess.Popen([sys.executable, "-c", "import os; os.nice(10)\nwhile True: pass"])
+    yield
+    burner.kill()
+    burner.wait()
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory) -> Path:
+    repo = tmp_path_factory.mktemp("residue_repository")
+    write_model(repo, MODEL, BASE_ENGINE, params=PARAMS)
+    return repo
+
+
+@pytest.fixture(scope="module")
+def victim_server(repo, busy_machine) -> Iterator[TritonServer]:
+    with TritonServer(repo, env=server_env()) as triton:
+        triton.wait_ready(timeout=900)
+        yield triton
+
+
+@dataclass
+class Footprint:
+    """What one engine (or a whole instance) holds: its processes, /dev/shm entries and IPC socket files."""
+
+    processes: list[psutil.Process]
+    shm: set[str]
+    sockets: list[Path]
+
+    @classmethod
+    def of(cls, processes: list[psutil.Process], ipc: Path | None) -> Footprint:
+        sockets = sorted(p for p in ipc.rglob("*") if p.is_socket()) if ipc is not None else []
+        return cls(processes, shm_in_use(processes), sockets)
+
+    def gone_within(self, bound_s: float, since: float) -> float:
+        """Seconds from `since` until nothing of it is left; fails naming what stayed."""
+        def alive(p: psutil.Process) -> bool:
+            try:
+                return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+            except psutil.Error:
+                return False
+
+        wait_until(lambda: not any(alive(p) for p in self.processes), timeout=bound_s)
+        left = leaked(self.shm, timeout=max(1.0, bound_s - (time.monotonic() - since)))
+        assert not left, f"left behind in /dev/shm: {sorted(left)} of {sorted(self.shm)}"
+        wait_until(lambda: not any(s.exists() for s in self.sockets), timeout=5)
+        took = time.monotonic() - since
+        assert took <= bound_s, f"{took:.1f} s (bound {bound_s} s)"
+        return took
+
+
+def engine_footprint(server: TritonServer) -> Footprint:
+    stub = stub_of(server, MODEL)
+    core, worker = engine_of(stub)
+    return Footprint.of([core, worker], ipc_directory(stub))
+
+
+def served_again(server: TritonServer) -> None:
+    """The instance serves again (after a restart in place, or once Triton has started a new stub)."""
+    def answers() -> bool:
+        status, _ = generate(server, MODEL, {"text_input": "again", "parameters": {"max_tokens": 2}})
+        return status == 200
+
+    wait_until(answers, timeout=300, interval=1.0)
+
+
+@pytest.mark.parametrize("victim", ["EngineCore", "Worker"])
+def test_a_killed_engine_process_leaves_nothing_behind(victim_server, victim, record_property):
+    """The restart policy replaces the engine; the killed one's other process, shared memory and IPC sockets go."""
+    took = []
+    for _ in range(REPEAT):
+        streams = start_load(victim_server, MODEL)
+        old = engine_footprint(victim_server)
+        assert old.sockets, "the engine has no IPC sockets in the instance's directory"
+        target = old.processes[0 if victim == "EngineCore" else 1]
+        killed = time.monotonic()
+        target.send_signal(signal.SIGKILL)
+        took.append(old.gone_within(GONE_BOUND_S, killed))
+        for s in streams:
+            s.join(60)
+            assert s.error is not None, s.events[-1:]
+        served_again(victim_server)
+    record_property("report", f"residue: SIGKILL of the {victim} under load, busy machine: all gone after "
+                              f"{', '.join(f'{t:.1f}' for t in took)} s (bound {GONE_BOUND_S:g} s)")
+
+
+def test_a_killed_stub_takes_its_engine_with_it(victim_server, record_property):
+    """vLLM's EngineCore does not watch its parent; the backend's engine watch (a vLLM plugin in the EngineCore)
+    ends it, its worker with it, and removes the instance's IPC directory. Triton starts a new stub on the next
+    request, and the model serves again."""
+    took = []
+    for _ in range(REPEAT):
+        streams = start_load(victim_server, MODEL)
+        stub = stub_of(victim_server, MODEL)
+        ipc = ipc_directory(stub)
+        instance = Footprint.of([stub, *engine_of(stub)], ipc)
+        instance.shm -= {a for a in stub.cmdline() if "shm_region" in a}  # the server owns the stub's region
+        killed = time.monotonic()
+        stub.send_signal(signal.SIGKILL)
+        took.append(instance.gone_within(GONE_BOUND_S, killed))
+        assert ipc is None or not ipc.exists(), sorted(ipc.rglob("*"))
+        for s in streams:
+            s.join(60)
+        served_again(victim_server)
+    record_property("report", f"residue: SIGKILL of the stub under load, busy machine: all gone after "
+                              f"{', '.join(f'{t:.1f}' for t in took)} s (bound {GONE_BOUND_S:g} s)")
+
+
+def test_a_killed_tritonserver_leaves_nothing_behind(repo, busy_machine, record_property):
+    """The stub's parent watch unlinks its region and stops the EngineCore; the engine watch removes the IPC
+    directory. Every process of the server, and everything they had in /dev/shm, is gone."""
+    took = []
+    for _ in range(REPEAT):
+        with TritonServer(repo, env=server_env()) as triton:
+            triton.wait_ready(timeout=900)
+            start_load(triton, MODEL)
+            server = psutil.Process(triton.process.pid)
+            stub = stub_of(triton, MODEL)
+            everything = Footprint.of([server, *server.children(recursive=True)], ipc_directory(stub))
+            ipc = ipc_directory(stub)
+            killed = time.monotonic()
+            os.kill(server.pid, signal.SIGKILL)
+            took.append(everything.gone_within(GONE_BOUND_S, killed))
+            assert ipc is None or not ipc.exists(), sorted(ipc.rglob("*"))
+    record_property("report", f"residue: SIGKILL of tritonserver under load, busy machine: all gone after "
+                              f"{', '.join(f'{t:.1f}' for t in took)} s (bound {GONE_BOUND_S:g} s)")
