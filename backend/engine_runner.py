@@ -26,16 +26,24 @@ import psutil  # a dependency of vLLM, so present wherever the backend runs
 
 from ..common.errors import ConfigError
 from ..common.vllm_compat import shutdown_grace
+from .engine_shm import mapped_segments, unlink_left_behind
 from .engine_warm_up import needs_warm_up, warm_up_request
 from .ipc_dir import IpcDirectory
 from .parent_watch import engine_processes
-from .process_progress import process_progress_s, thread_progress_s
+from .process_progress import process_progress_s
 
 T = TypeVar("T")
 SHUTDOWN_TIMEOUT_S = 60.0
 ENGINE_SHUTDOWN_GRACE_S = 15.0  # for vLLM's orderly shutdown, before it force-kills what is left
 # vLLM's wait for its workers to exit before it signals them (its default: 5 s)
 WORKER_SHUTDOWN_GRACE_S = "10"
+
+
+def _children(process: psutil.Process) -> list[psutil.Process]:
+    try:
+        return process.children(recursive=True)
+    except psutil.Error:
+        return []
 
 
 class EngineStartError(ConfigError):
@@ -69,10 +77,10 @@ class EngineRunner:
         # Each engine's IPC socket directory (backend.ipc_dir), removed once that engine is shut down
         self._ipc = ipc
         self._ipc_paths: dict[int, Path] = {}
-        self._loop_thread_id: int | None = None
+        # Each running engine's /dev/shm segments (backend.engine_shm): unlinked after it is shut down if left
+        self._segments: dict[int, set[str]] = {}
 
     def _run_loop(self) -> None:
-        self._loop_thread_id = threading.get_native_id()
         asyncio.set_event_loop(self.loop)
         self.loop.run_forever()
 
@@ -126,6 +134,7 @@ class EngineRunner:
             closed = self._closed
             if not closed and failure is None:
                 self.engine = engine
+                self._segments[id(engine)] = self._engine_segments()
                 return
         if closed:  # shutdown() began meanwhile and waits for this engine: it shuts it down
             raise EngineStartError("the model was unloaded while the engine was starting")
@@ -211,12 +220,18 @@ class EngineRunner:
 
         return self.submit(probe())
 
-    def progress(self) -> float:
-        """Seconds the threads that answer a probe have run or waited for a CPU: the EngineCore processes' and this
-        loop's (backend.process_progress). Standing still while a probe waits means hung, not busy."""
+    @staticmethod
+    def _engine_segments() -> set[str]:
+        """What the running engine's processes (the EngineCore and its workers) map under /dev/shm."""
         cores = engine_processes(psutil.Process())
-        loop = thread_progress_s(self._loop_thread_id) if self._loop_thread_id is not None else 0.0
-        return sum(process_progress_s(p.pid) for p in cores) + loop
+        pids = [p.pid for core in cores for p in [core, *_children(core)]]
+        return mapped_segments(pids)
+
+    def progress(self) -> float:
+        """Seconds the EngineCore processes' threads, which answer a probe, have run or waited for a CPU
+        (backend.process_progress). Standing still while a probe waits means hung, not busy. (Not this stub's
+        loop thread: vLLM's periodic stats logging runs there whatever the engine does.)"""
+        return sum(process_progress_s(p.pid) for p in engine_processes(psutil.Process()))
 
     def generate_one_token(self, timeout_s: float) -> None:
         """A real request through the whole engine: one generated token, or one embedding for a pooling model."""
@@ -304,6 +319,9 @@ class EngineRunner:
         path = self._ipc_paths.pop(id(engine), None)
         if path is not None:  # its processes are gone: nobody uses these sockets any more
             shutil.rmtree(path, ignore_errors=True)
+        left = unlink_left_behind(self._segments.pop(id(engine), set()))
+        if left:
+            self._log_info(f"unlinked the shared memory the engine left behind: {', '.join(left)}")
 
     def _stop_loop(self) -> None:
         if self._thread.is_alive():

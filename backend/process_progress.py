@@ -4,8 +4,9 @@ A probe of an idle engine that gets no answer in time means one of two things. O
 loading beside this one, a compile, a noisy neighbour) the engine's threads are runnable and wait for a core, or run
 slowly: the kernel counts both, per thread, in /proc/<pid>/task/<tid>/schedstat (time on a CPU, time waiting on a
 run queue). A hung engine — stopped (SIGSTOP), deadlocked, blocked for good — neither runs nor waits for a CPU:
-both numbers stand still. The sum over the threads that answer a probe (every thread of the EngineCore processes,
-and the stub's engine-loop thread, which reads the answer) tells the two apart.
+both numbers stand still. The sum over the threads that answer a probe (every thread of the EngineCore processes)
+tells the two apart. (An EngineCore whose busy loop hangs while its input thread still receives the probe shows
+progress: it is caught by the probe's outer bound, HEALTH_STALL_TIMEOUT_S.)
 
 Where schedstat is missing (a kernel without CONFIG_SCHED_INFO), CPU time alone is used (psutil): a starved
 engine then still shows the little CPU it gets.
@@ -44,8 +45,3 @@ def process_progress_s(pid: int) -> float:
     except psutil.Error:
         return 0.0
     return times.user + times.system
-
-
-def thread_progress_s(tid: int) -> float:
-    """Seconds one thread of this process has run or waited for a CPU (0 where schedstat is missing)."""
-    return _schedstat_s(Path(f"/proc/self/task/{tid}")) or 0.0
