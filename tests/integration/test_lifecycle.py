@@ -151,8 +151,8 @@ def test_load_unload_cycles_leak_nothing(explicit_server, record_property):
     cycles_log = explicit_server.log_text()[log_before:]
     assert "force killing" not in cycles_log, [line for line in cycles_log.splitlines() if "force killing" in line]
     shutdowns = [float(s) for s in re.findall(r"engine shut down in ([0-9.]+) s", cycles_log)]
-    assert len(shutdowns) == 5, shutdowns
-    record_property("report", f"engine shutdown at unload (s), five cycles: {shutdowns}")
+    assert len(shutdowns) >= 5, shutdowns  # the five cycles' (an earlier test's unload may end in this window)
+    record_property("report", f"engine shutdowns (s) during the five load/unload cycles: {shutdowns}")
     growth = (rss[-1] - rss[0]) / rss[0]
     # reported at the end of the test run, not asserted: the server's allocator keeps some
     record_property("report", f"tritonserver RSS after each load/unload cycle (MiB): {[r // 2**20 for r in rss]}; "
