@@ -143,7 +143,7 @@ def test_load_unload_cycles_leak_nothing(explicit_server, record_property):
         assert repository(explicit_server, "unload", "life").status_code == 200
         wait_until(lambda: {p.pid for p in server.children(recursive=True)} <= children_before, timeout=60)
         # (run on its own, the first cycle reloads the module's `life`, whose old stub may still be shutting down)
-        wait_until(lambda: not ipc.exists(), timeout=60)
+        wait_until(lambda ipc=ipc: not ipc.exists(), timeout=60)
         rss.append(server.memory_info().rss)
     assert len(used) >= 5  # every cycle's stub region, at least
     # gone once nothing uses them (an ending process's semaphores are unlinked by its resource tracker just after)
