@@ -16,7 +16,6 @@ Elsewhere (the stub, the workers, any other vLLM) it does nothing.
 from __future__ import annotations
 
 import os
-import select
 import shutil
 import signal
 import threading
@@ -27,21 +26,10 @@ _started = False  # the watch runs in this process
 _fork_hook = False  # this process (the stub) starts it in its forked children
 
 
-def _wait_for_exit(pid: int) -> None:
-    try:
-        fd = os.pidfd_open(pid)
-    except OSError:  # a kernel before 5.3, or the stub already gone
-        while os.getppid() == pid:
-            threading.Event().wait(0.5)
-        return
-    try:
-        select.select([fd], [], [])  # readable once the process has ended
-    finally:
-        os.close(fd)
-
-
 def _watch(stub: int, ipc_engine_dir: str | None) -> None:
-    _wait_for_exit(stub)
+    from .parent_watch import wait_for_parent_exit
+
+    wait_for_parent_exit(stub)
     if ipc_engine_dir:
         from .ipc_dir import PREFIX
 

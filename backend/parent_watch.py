@@ -40,6 +40,20 @@ def engine_processes(stub: psutil.Process) -> list[psutil.Process]:
         return []
 
 
+def wait_for_parent_exit(pid: int) -> None:
+    """Until process `pid`, this process's parent, has ended: on a pidfd (no polling), else by polling."""
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:  # a kernel before 5.3, or the process already gone
+        while psutil.pid_exists(pid) and os.getppid() == pid:
+            time.sleep(0.5)
+        return
+    try:
+        select.select([fd], [], [])  # readable once the process has ended
+    finally:
+        os.close(fd)
+
+
 class ParentWatch:
     def __init__(self, log: Any, server_pid: int | None = None, ipc_root: Path | None = None) -> None:
         self._log = log
@@ -50,20 +64,8 @@ class ParentWatch:
     def start(self) -> None:
         self._thread.start()
 
-    def _wait_for_server_exit(self) -> None:
-        try:
-            fd = os.pidfd_open(self._server_pid)
-        except OSError:  # a kernel before 5.3, or the server already gone
-            while psutil.pid_exists(self._server_pid) and os.getppid() == self._server_pid:
-                time.sleep(0.5)
-            return
-        try:
-            select.select([fd], [], [])  # readable once the process has ended
-        finally:
-            os.close(fd)
-
     def _run(self) -> None:
-        self._wait_for_server_exit()
+        wait_for_parent_exit(self._server_pid)
         # The stub exits by itself within about a second: the quick steps first, each already worth having.
         stub = psutil.Process()
         if (region := stub_region(stub.cmdline())) is not None:
