@@ -1,14 +1,14 @@
 """Takes the EngineCore down with its stub: a vLLM general plugin, run in every vLLM process of the backend's.
 
-vLLM's EngineCore does not watch the process that started it (its workers watch the EngineCore through a pipe).
-When the stub dies without shutting the engine down — SIGKILL, a crash, the OOM killer — the EngineCore and its
-workers would stay behind for good, holding the model's memory (on a GPU, its device memory). The stub's own parent
-watch (backend.parent_watch) cannot help: it died with the stub. So the EngineCore watches the stub itself: the
-backend registers this module as a vLLM general plugin (the `vllm.general_plugins` entry point installed beside
-model.py), which vLLM loads in each of its processes; in a direct child of the stub named by VLLM_TRITON_STUB_PID —
-the EngineCore, spawned or forked — it starts a thread that waits for the stub to end (on a pidfd: no polling),
-removes the instance's IPC socket directory (backend.ipc_dir) and sends the EngineCore SIGTERM, which shuts it
-down — its workers with it — as when vLLM's own front end stops it.
+vLLM's EngineCore does not watch the process that started it (its workers watch the EngineCore through a pipe). When
+the stub dies without shutting the engine down — SIGKILL, a crash, the OOM killer — the EngineCore and its workers
+would stay behind for good, holding the model's memory (on a GPU, its device memory). The parent watch
+(backend.parent_watch) acts only when tritonserver ends, and ends with the stub. So the EngineCore watches the stub
+itself: the backend registers this module as a vLLM general plugin (the `vllm.general_plugins` entry point installed
+beside model.py), which vLLM loads in each of its processes; in a direct child of the stub named by
+VLLM_TRITON_STUB_PID — the EngineCore, spawned or forked — it starts a thread that waits for the stub to end (on a
+pidfd: no polling), removes the instance's IPC socket directory (backend.ipc_dir) and sends the EngineCore SIGTERM,
+which shuts it down — its workers with it — as when vLLM's own front end stops it.
 
 Elsewhere (the stub, the workers, any other vLLM) it does nothing.
 """

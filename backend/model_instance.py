@@ -83,7 +83,7 @@ class ModelInstance:
                                    own_trace_headers=UNSAMPLED if "otlp_traces_endpoint" in engine_config else None,
                                    ipc=self.ipc)
         # before the engine starts: a server killed meanwhile must not orphan it
-        ParentWatch(self.log, ipc_root=self.ipc.root).start()
+        ParentWatch(self.log.info, ipc_root=self.ipc.root).start()
         self.log.info(f"starting the vLLM engine for model {engine_config.get('model')!r} (then one warm-up request)")
         try:
             self.runner.start()

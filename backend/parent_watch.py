@@ -1,27 +1,42 @@
-"""Takes the engine down with tritonserver.
+"""Takes the model down with tritonserver: a small process of its own beside the stub.
 
 vLLM's EngineCore and its worker are children of the Python stub and watch only each other. When tritonserver dies
-without unloading its models (SIGKILL, a crash, the OOM killer), the stub notices and exits within a second, but the
-EngineCore, the worker and their shared memory stay behind for good, holding the model's memory (on a GPU, its
-device memory), and so does the stub's shared-memory region, which only the server unlinks. This thread waits for
-the server process to end (on a pidfd: no polling), unlinks the region, removes the instance's IPC socket directory
-and sends SIGTERM to the EngineCore, which shuts down — its worker with it — as when vLLM's own front end stops it.
+without unloading its models (SIGKILL, a crash, the OOM killer), the EngineCore, the worker and their shared memory
+would stay behind for good, holding the model's memory (on a GPU, its device memory), and so would the stub's
+shared-memory region, which only the server unlinks. The stub is meant to notice and exit within a second, but
+under load it was seen alive for more than 30 s: a thread of it can be waiting, the GIL held, for an answer of the
+server that will never come (pb_utils' calls are round trips to the server), and then no Python thread of the stub
+runs again — a watch thread inside it would wait with the rest.
+
+So the watch is a process, started by the stub before its engine: it waits for the server or the stub to end (on
+pidfds: no polling). If the stub ends first, there is nothing to do (Triton, the engine watch and vLLM clean up). If
+the server ends first, it unlinks the stub's region, removes the instance's IPC socket directory, sends SIGTERM to
+the EngineCore (which shuts down, its worker with it, as when vLLM's own front end stops it), gives the stub a few
+seconds to exit and kills it if it has not, and kills whatever of the engine is still running after vLLM's shutdown
+grace. The stub's resource tracker, once the stub is gone, unlinks the segments the engine registered.
+
+Run as a script (`parent_watch.py SERVER STUB REGION IPC_ROOT`): it imports only psutil and the standard
+library, not the backend or vLLM, so that it starts in a fraction of a second and holds little memory.
 """
 
 from __future__ import annotations
 
+import multiprocessing.spawn
 import os
 import select
 import shutil
 import signal
-import threading
+import subprocess
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import psutil  # a dependency of vLLM, so present wherever the backend runs
 
 ENGINE_PROCESS_PREFIX = "VLLM::"  # vLLM's process titles: VLLM::EngineCore, VLLM::Worker
+STUB_EXIT_GRACE_S = 5.0  # the stub checks its parent every 0.3 s and exits: five seconds means it is stuck
+ENGINE_EXIT_GRACE_S = 20.0  # vLLM's own shutdown grace (backend.vllm_compat.shutdown_grace, 15 s) and a margin
 
 
 def stub_region(argv: list[str]) -> Path | None:
@@ -40,47 +55,125 @@ def engine_processes(stub: psutil.Process) -> list[psutil.Process]:
         return []
 
 
-def wait_for_parent_exit(pid: int) -> None:
-    """Until process `pid`, this process's parent, has ended: on a pidfd (no polling), else by polling."""
+def wait_for_exit(*pids: int) -> int:
+    """Until one of these processes has ended; returns it. On pidfds (no polling), else by polling."""
     try:
-        fd = os.pidfd_open(pid)
-    except OSError:  # a kernel before 5.3, or the process already gone
-        while psutil.pid_exists(pid) and os.getppid() == pid:
+        fds = {os.pidfd_open(pid): pid for pid in pids}
+    except OSError:  # a kernel before 5.3, or a process already gone
+        while True:
+            for pid in pids:
+                if not _alive(pid):
+                    return pid
             time.sleep(0.5)
-        return
     try:
-        select.select([fd], [], [])  # readable once the process has ended
+        ready, _, _ = select.select(list(fds), [], [])  # a pidfd is readable once its process has ended
+        return fds[ready[0]]
     finally:
-        os.close(fd)
+        for fd in fds:
+            os.close(fd)
+
+
+def wait_for_parent_exit(pid: int) -> None:
+    """Until process `pid` has ended (the engine watch's wait for its stub)."""
+    wait_for_exit(pid)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _wait_gone(processes: list[psutil.Process], timeout_s: float) -> list[psutil.Process]:
+    """Those of `processes` still running after `timeout_s`."""
+    _, alive = psutil.wait_procs(processes, timeout=timeout_s)
+    return [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def _say(line: str) -> None:
+    """To the stub's stderr, which is the server's: the server's log is gone with it, its output may not be."""
+    try:
+        print(f"[vllm] parent watch: {line}", file=sys.stderr, flush=True)
+    except OSError:
+        pass
+
+
+def take_down(server_pid: int, stub: psutil.Process, region: Path | None, ipc_root: Path | None) -> None:
+    """What the server's death leaves to do: each step bounded, the quick ones first, each already worth having."""
+    if region is not None:
+        region.unlink(missing_ok=True)  # the stub keeps its mapping; nobody else uses it any more
+    if ipc_root is not None:  # open sockets keep working without their files until the engine is down
+        shutil.rmtree(ipc_root, ignore_errors=True)
+    engines = engine_processes(stub)
+    workers = [w for e in engines for w in _children(e)]  # a SIGKILLed EngineCore's workers end by themselves
+    for engine in engines:
+        try:
+            engine.send_signal(signal.SIGTERM)
+        except psutil.Error:
+            continue
+    _say(f"tritonserver (pid {server_pid}) ended without unloading the model: sent SIGTERM to its EngineCore "
+         f"({len(engines)}) so that no engine outlives it")
+    if _wait_gone([stub], STUB_EXIT_GRACE_S):
+        _say(f"the stub (pid {stub.pid}) had not exited {STUB_EXIT_GRACE_S:g} s after its server: killed it")
+        _kill([stub])
+    if left := _wait_gone(engines + workers, ENGINE_EXIT_GRACE_S):
+        _say(f"{len(left)} engine process(es) still running {ENGINE_EXIT_GRACE_S:g} s after SIGTERM: killed them")
+        _kill(left)
+
+
+def _children(process: psutil.Process) -> list[psutil.Process]:
+    try:
+        return process.children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _kill(processes: list[psutil.Process]) -> None:
+    for process in processes:
+        try:
+            process.kill()
+        except psutil.Error:
+            pass
+
+
+def main(argv: list[str]) -> int:
+    server_pid, stub_pid = int(argv[0]), int(argv[1])
+    region, ipc_root = (Path(a) if a else None for a in argv[2:4])
+    try:
+        stub = psutil.Process(stub_pid)
+    except psutil.Error:
+        return 0
+    if wait_for_exit(server_pid, stub_pid) == server_pid and _alive(stub_pid):
+        take_down(server_pid, stub, region, ipc_root)
+    return 0
 
 
 class ParentWatch:
-    def __init__(self, log: Any, server_pid: int | None = None, ipc_root: Path | None = None) -> None:
-        self._log = log
-        self._ipc_root = ipc_root  # the instance's IPC socket directory (backend.ipc_dir)
+    """Starts the watch process for this stub (one per model instance); it ends with the stub."""
+
+    def __init__(self, log_info: Callable[[str], None], server_pid: int | None = None,
+                 ipc_root: Path | None = None) -> None:
+        self._log_info = log_info
         self._server_pid = server_pid or os.getppid()
-        self._thread = threading.Thread(target=self._run, name="vllm-parent-watch", daemon=True)
+        self._ipc_root = ipc_root  # the instance's IPC socket directory (backend.ipc_dir)
+        self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        self._thread.start()
+        region = stub_region(psutil.Process().cmdline())
+        # multiprocessing's interpreter: the one vLLM's spawned EngineCore runs on, with this environment's packages
+        command = [multiprocessing.spawn.get_executable(), "-c", _LAUNCH, __file__, str(self._server_pid),
+                   str(os.getpid()), str(region or ""), str(self._ipc_root or "")]
+        self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+        self._log_info(f"parent watch: pid {self.process.pid} takes the engine down if tritonserver "
+                       f"(pid {self._server_pid}) ends without unloading the model")
 
-    def _run(self) -> None:
-        wait_for_parent_exit(self._server_pid)
-        # The stub exits by itself within about a second: the quick steps first, each already worth having.
-        stub = psutil.Process()
-        if (region := stub_region(stub.cmdline())) is not None:
-            region.unlink(missing_ok=True)  # this process keeps its mapping; nobody else uses it any more
-        if self._ipc_root is not None:  # open sockets keep working without their files until the engine is down
-            shutil.rmtree(self._ipc_root, ignore_errors=True)
-        processes = engine_processes(stub)
-        for process in processes:
-            try:
-                process.send_signal(signal.SIGTERM)
-            except psutil.Error:
-                continue
-        if processes:
-            try:  # the log goes through the server that just ended: it may not arrive
-                self._log.error(f"tritonserver (pid {self._server_pid}) ended without unloading the model: sent "
-                                f"SIGTERM to its EngineCore ({len(processes)}) so that no engine outlives it")
-            except Exception:
-                pass
+
+# Runs this file as a script without its directory (the backend's modules) or the working directory on the path.
+_LAUNCH = ("import runpy, sys; del sys.path[0]; sys.argv[:] = sys.argv[1:]; "
+           "runpy.run_path(sys.argv[0], run_name='__main__')")
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is for tritonserver, which then unloads
+    sys.exit(main(sys.argv[1:]))

@@ -1,5 +1,5 @@
-"""No fault leaves residue: SIGKILL of the EngineCore, of the worker and of the stub, each under streaming load,
-twice, on a machine kept busy on purpose (a CPU burner beside the other test worker's servers).
+"""No fault leaves residue: SIGKILL of the EngineCore, of the worker, of the stub and of tritonserver, each under
+streaming load, twice, on a machine kept busy on purpose (a CPU burner beside the other test worker's servers).
 After each, within a bound, every process of that model instance has ended, and every shared-memory segment,
 semaphore and IPC socket file it had is gone. The time each took is reported at the end of the test run.
 """
@@ -150,4 +150,26 @@ def test_a_killed_stub_takes_its_engine_with_it(repo, busy_machine, record_prope
             took.append(instance.gone_within(GONE_BOUND_S, killed))
             assert ipc is None or not ipc.exists(), sorted(ipc.rglob("*"))
     record_property("report", f"residue: SIGKILL of the stub under load, busy machine: all gone after "
+                              f"{', '.join(f'{t:.1f}' for t in took)} s (bound {GONE_BOUND_S:g} s)")
+
+
+def test_a_killed_tritonserver_takes_its_model_with_it(repo, busy_machine, record_property):
+    """With the server gone, the backend's parent watch (a process of its own beside the stub) ends the EngineCore,
+    its worker and, if it has not exited by itself, the stub; the stub's region, the engine's shared memory and the
+    IPC directory go with them. Each repetition has a server of its own."""
+    took = []
+    for _ in range(REPEAT):
+        with TritonServer(repo, env=server_env()) as triton:
+            triton.wait_ready(timeout=900)
+            start_load(triton, MODEL)
+            stub = stub_of(triton, MODEL)
+            ipc = ipc_directory(stub)
+            watch = [p for p in stub.children() if "parent_watch.py" in cmdline(p)]
+            assert len(watch) == 1, [cmdline(p) for p in stub.children()]
+            instance = Footprint.of([stub, *engine_of(stub), *watch], ipc)
+            killed = time.monotonic()
+            triton.process.send_signal(signal.SIGKILL)
+            took.append(instance.gone_within(GONE_BOUND_S, killed))
+            assert ipc is None or not ipc.exists(), sorted(ipc.rglob("*"))
+    record_property("report", f"residue: SIGKILL of tritonserver under load, busy machine: all gone after "
                               f"{', '.join(f'{t:.1f}' for t in took)} s (bound {GONE_BOUND_S:g} s)")

@@ -12,3 +12,18 @@ def test_the_stub_region_is_the_second_argument_of_tritons_stub():
     assert stub_region(["python", "model.py", "region"]) is None  # not Triton's stub: nothing to clean up
     assert stub_region([argv[0], argv[1], "../etc/passwd"]) is None
     assert stub_region(argv[:2]) is None
+
+
+def test_the_wait_returns_the_process_that_ended_first():
+    import subprocess
+    import sys
+
+    from vllm_triton_observable.backend.parent_watch import wait_for_exit
+
+    long, short = (subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({s})"]) for s in (60, 0.3))
+    try:
+        assert wait_for_exit(long.pid, short.pid) == short.pid
+    finally:
+        long.kill()
+        long.wait()
+        short.wait()
