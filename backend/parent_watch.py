@@ -4,19 +4,20 @@ vLLM's EngineCore and its worker are children of the Python stub and watch only 
 without unloading its models (SIGKILL, a crash, the OOM killer), the EngineCore, the worker and their shared memory
 would stay behind for good, holding the model's memory (on a GPU, its device memory), and so would the stub's
 shared-memory region, which only the server unlinks. The stub is meant to notice and exit within a second, but
-under load it was seen alive for more than 30 s: a thread of it can be waiting, the GIL held, for an answer of the
-server that will never come (pb_utils' calls are round trips to the server), and then no Python thread of the stub
-runs again — a watch thread inside it would wait with the rest.
+under load it was seen alive for more than 30 s, in every run (even after it had shut its engine client down): a
+thread inside it, waiting on the GIL with the rest, cannot be relied on.
 
 So the watch is a process, started by the stub before its engine: it waits for the server or the stub to end (on
 pidfds: no polling). If the stub ends first, there is nothing to do (Triton, the engine watch and vLLM clean up). If
 the server ends first, it unlinks the stub's region, removes the instance's IPC socket directory, sends SIGTERM to
 the EngineCore (which shuts down, its worker with it, as when vLLM's own front end stops it), gives the stub a few
 seconds to exit and kills it if it has not, and kills whatever of the engine is still running after vLLM's shutdown
-grace. The stub's resource tracker, once the stub is gone, unlinks the segments the engine registered.
+grace. Then it unlinks whatever those processes had mapped under /dev/shm and is still there (the stub's resource
+tracker unlinks those registered with it; one was still there once with vLLM 0.27.1, its stub killed half-way
+through its own shutdown).
 
-Run as a script (`parent_watch.py SERVER STUB REGION IPC_ROOT`): it imports only psutil and the standard
-library, not the backend or vLLM, so that it starts in a fraction of a second and holds little memory.
+Run by its module name in a fresh interpreter (`ParentWatch.start`): it imports psutil, the standard library and
+backend.engine_shm, not vLLM, so that it starts in a fraction of a second and holds little memory.
 """
 
 from __future__ import annotations
@@ -34,9 +35,12 @@ from pathlib import Path
 
 import psutil  # a dependency of vLLM, so present wherever the backend runs
 
+from .engine_shm import mapped_segments, unlink_left_behind
+
 ENGINE_PROCESS_PREFIX = "VLLM::"  # vLLM's process titles: VLLM::EngineCore, VLLM::Worker
 STUB_EXIT_GRACE_S = 5.0  # the stub checks its parent every 0.3 s and exits: five seconds means it is stuck
 ENGINE_EXIT_GRACE_S = 20.0  # vLLM's own shutdown grace (backend.vllm_compat.shutdown_grace, 15 s) and a margin
+KILLED_EXIT_S = 5.0  # a SIGKILLed process is gone in well under this
 
 
 def stub_region(argv: list[str]) -> Path | None:
@@ -107,6 +111,7 @@ def take_down(server_pid: int, stub: psutil.Process, region: Path | None, ipc_ro
         shutil.rmtree(ipc_root, ignore_errors=True)
     engines = engine_processes(stub)
     workers = [w for e in engines for w in _children(e)]  # a SIGKILLed EngineCore's workers end by themselves
+    held = mapped_segments([p.pid for p in (stub, *engines, *workers)])
     for engine in engines:
         try:
             engine.send_signal(signal.SIGTERM)
@@ -120,6 +125,9 @@ def take_down(server_pid: int, stub: psutil.Process, region: Path | None, ipc_ro
     if left := _wait_gone(engines + workers, ENGINE_EXIT_GRACE_S):
         _say(f"{len(left)} engine process(es) still running {ENGINE_EXIT_GRACE_S:g} s after SIGTERM: killed them")
         _kill(left)
+        _wait_gone(left, KILLED_EXIT_S)
+    if removed := unlink_left_behind(held):
+        _say(f"unlinked what the model's processes left in /dev/shm: {', '.join(removed)}")
 
 
 def _children(process: psutil.Process) -> list[psutil.Process]:
@@ -162,18 +170,21 @@ class ParentWatch:
     def start(self) -> None:
         region = stub_region(psutil.Process().cmdline())
         # multiprocessing's interpreter: the one vLLM's spawned EngineCore runs on, with this environment's packages
-        command = [multiprocessing.spawn.get_executable(), "-c", _LAUNCH, __file__, str(self._server_pid),
-                   str(os.getpid()), str(region or ""), str(self._ipc_root or "")]
+        command = [multiprocessing.spawn.get_executable(), "-c", _LAUNCH, str(import_root()), __name__,
+                   str(self._server_pid), str(os.getpid()), str(region or ""), str(self._ipc_root or "")]
         self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, start_new_session=True, close_fds=True)
         self._log_info(f"parent watch: pid {self.process.pid} takes the engine down if tritonserver "
                        f"(pid {self._server_pid}) ends without unloading the model")
 
 
-# Runs this file as a script without its directory (the backend's modules) or the working directory on the path.
-_LAUNCH = ("import runpy, sys; del sys.path[0]; sys.argv[:] = sys.argv[1:]; "
-           "runpy.run_path(sys.argv[0], run_name='__main__')")
+def import_root() -> Path:
+    """The directory the backend's package is imported from (installed: beside model.py; the repository: its root,
+    where the package is a module naming its rooms)."""
+    top = Path(sys.modules[__name__.split(".")[0]].__file__ or "")
+    return top.parents[1] if top.name == "__init__.py" else top.parent
 
 
-if __name__ == "__main__":
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is for tritonserver, which then unloads
-    sys.exit(main(sys.argv[1:]))
+# `python -c _LAUNCH PACKAGE_ROOT MODULE ARGS...`: this module from the backend's package, not the working directory.
+_LAUNCH = ("import importlib, signal, sys; sys.path[0] = sys.argv[1]; "
+           "signal.signal(signal.SIGINT, signal.SIG_IGN); "  # a terminal's Ctrl-C is for tritonserver: it unloads
+           "sys.exit(importlib.import_module(sys.argv[2]).main(sys.argv[3:]))")

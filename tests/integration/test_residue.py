@@ -164,7 +164,7 @@ def test_a_killed_tritonserver_takes_its_model_with_it(repo, busy_machine, recor
             start_load(triton, MODEL)
             stub = stub_of(triton, MODEL)
             ipc = ipc_directory(stub)
-            watch = [p for p in stub.children() if "parent_watch.py" in cmdline(p)]
+            watch = [p for p in stub.children() if "parent_watch" in cmdline(p)]
             assert len(watch) == 1, [cmdline(p) for p in stub.children()]
             instance = Footprint.of([stub, *engine_of(stub), *watch], ipc)
             killed = time.monotonic()

@@ -27,3 +27,36 @@ def test_the_wait_returns_the_process_that_ended_first():
         long.kill()
         long.wait()
         short.wait()
+
+
+def test_the_watch_process_kills_a_stub_that_outlives_its_server(tmp_path):
+    """The real launch (a fresh interpreter importing the module by name) with stand-ins for the server and a
+    stub that never exits: once the server ends, the stub is killed after its grace and the watch ends."""
+    import subprocess
+    import sys
+    import time
+
+    from vllm_triton_observable.backend import parent_watch
+
+    server, stub = (subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"]) for _ in range(2))
+    ipc = tmp_path / "ipc"
+    ipc.mkdir()
+    watch = subprocess.Popen([sys.executable, "-c", parent_watch._LAUNCH, str(parent_watch.import_root()),
+                              parent_watch.__name__,
+                              str(server.pid), str(stub.pid), "", str(ipc)], stderr=subprocess.PIPE, text=True,
+                             cwd=tmp_path)  # not where the package is
+    try:
+        time.sleep(1.0)
+        assert watch.poll() is None and stub.poll() is None  # both alive: the watch waits
+        server.kill()
+        server.wait()
+        began = time.monotonic()
+        assert stub.wait(parent_watch.STUB_EXIT_GRACE_S + 5) == -9
+        assert time.monotonic() - began >= parent_watch.STUB_EXIT_GRACE_S - 0.5
+        assert watch.wait(10) == 0
+        assert not ipc.exists()
+        assert "had not exited 5 s after its server: killed it" in watch.stderr.read()
+    finally:
+        for process in (server, stub, watch):
+            process.kill()
+            process.wait()
