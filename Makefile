@@ -10,7 +10,7 @@ COMPAT_VLLM := 0.27.1
 # make test alone (no other environment, no chosen tests) also runs the second vLLM
 COMPAT_RUN := $(if $(PYTHON)$(VLLM_VERSION)$(PYTEST_ARGS),,yes)
 export PYTHON VLLM_VERSION
-.PHONY: setup serve test test-compat test-unit lint dashboards alerts kubernetes docs bench profile soak \
+.PHONY: setup serve test test-compat test-unit lint dashboards alerts kubernetes docs bench profile timeline soak \
 	genai-perf install-backend clean
 
 setup:
@@ -63,6 +63,12 @@ bench:
 # of the stub's Python, under the benchmark's load (PROFILE_ARGS, e.g. "--protocol grpc --trace"); .bench/profile.json.
 profile: setup
 	@source scripts/env.sh && "$$PY" scripts/profile_serving.py $(PROFILE_ARGS)
+
+# make timeline: where the first token's time goes at N simultaneous starts, step by step from the client's send
+# through Triton, the backend and vLLM (TIMELINE_ARGS, e.g. "--vllm-serve --concurrency 64"); .bench/timeline.json.
+timeline:
+	@bash scripts/setup.sh bench
+	@source scripts/env.sh && "$$PY" scripts/first_token_timeline.py $(TIMELINE_ARGS)
 
 # make soak [DURATION=600]: mixed load, cancellations, bad requests and scrapes; writes .soak/latest.json.
 soak: setup

@@ -27,7 +27,7 @@ from .engine_runner import EngineRunner
 from .lora import LoraRegistry
 from .request_decoding import EmbedRequest, GenerateRequest, OutputOptions, RequestView, decode_request
 from .response_encoding import chunk_from_embedding, chunk_from_output
-from .response_thread import InflightRequest, Outcome, ResponseThread, TritonIO
+from .response_thread import InflightRequest, Outcome, ResponseLanes, TritonIO
 from .trace_attributes import Usage, describe, engine_trace_headers, request_id, start_span
 
 UNLOADING = "the model is being unloaded; send the request again once it is loaded"
@@ -54,6 +54,7 @@ class GenerationService:
         tracer: Any = None,
         trace_attributes: dict[str, Any] | None = None,
         exemplars: Callable[[tuple[int, int], Any], None] | None = None,
+        response_threads: int = 1,
     ) -> None:
         from vllm.sampling_params import RequestOutputKind
 
@@ -71,7 +72,7 @@ class GenerationService:
         # metrics.exemplars.ExemplarStore.request_finished with OTLP metrics and tracing on: a traced request's
         # (trace id, span id) and vLLM's own timings of it (RequestOutput.metrics)
         self._exemplars = exemplars
-        self.responses = ResponseThread(io, self._abort, self._finished, log.error)
+        self.responses = ResponseLanes(response_threads, io, self._abort, self._finished, log.error)
 
     # -- Triton's execute thread ----------------------------------------------------------------
     def submit(self, request: Any, view: RequestView) -> None:

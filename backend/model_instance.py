@@ -97,6 +97,7 @@ class ModelInstance:
         self.service = GenerationService(self.runner, PbTritonIO(), self.lora, self.log, self._finished,
                                          decoupled=decoupled, tracer=self.tracer,
                                          exemplars=self._exemplar_sink(),
+                                         response_threads=self.settings.response_threads,
                                          trace_attributes={names.TRACE_MODEL_ATTRIBUTE: args["model_name"],
                                                            "triton.model_version": args["model_version"],
                                                            "gen_ai.request.model": args["model_name"]})

@@ -1,13 +1,19 @@
-"""The one thread that talks to Triton's response senders.
+"""The threads that talk to Triton's response senders.
 
 Sending a response is an IPC round trip to the Triton server; doing it on the engine's event loop would
-stall vLLM's output handling. The engine side only enqueues plain chunks; this thread turns them into
+stall vLLM's output handling. The engine side only enqueues plain chunks; a response thread turns them into
 responses, merges a stream's pending chunks into one response when the client falls behind, polls for
 client cancellation, and tracks which requests are still in flight.
+
+One thread sends one response at a time, and each waits for the server's answer (pb_utils releases the GIL
+meanwhile): when a step gives 64 streams their first tokens, the 64th waits for 63 round trips. So there may be
+several (config.pbtxt `RESPONSE_THREADS`, `ResponseLanes`), each request on one of them, so that its responses
+stay in order and only its own thread ever touches its sender (is_cancelled() included).
 """
 
 from __future__ import annotations
 
+import itertools
 import queue
 import threading
 import time
@@ -40,6 +46,8 @@ class InflightRequest:
     done: bool = False
     error: RequestError | None = None  # the error the request ended with, if any
     span: Any = None  # its trace span, when the request is traced
+    responded: bool = False  # a response has been sent (the span's "first response sent" event)
+    lane: ResponseThread | None = None  # the response thread it is on (ResponseLanes)
 
 
 @dataclass
@@ -57,6 +65,7 @@ class ResponseThread:
         on_finished: Callable[[InflightRequest, Outcome], None],
         log_error: Callable[[str], None],
         cancel_poll_s: float = 0.5,
+        name: str = "vllm-responses",
     ) -> None:
         self._io = io
         self._on_cancel = on_cancel
@@ -66,7 +75,7 @@ class ResponseThread:
         self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
         self._inflight: dict[str, InflightRequest] = {}
         self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._run, name="vllm-responses", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     # -- called from any thread ------------------------------------------------------------------
@@ -85,7 +94,14 @@ class ResponseThread:
             return list(self._inflight.values())
 
     def stop(self, timeout: float = 10.0) -> None:
+        self.close()
+        self._thread.join(timeout)
+
+    def close(self) -> None:
+        """Let the thread end once it has sent what is queued (stop() also waits for it)."""
         self._queue.put(None)
+
+    def join(self, timeout: float) -> None:
         self._thread.join(timeout)
 
     # -- the thread ------------------------------------------------------------------------------
@@ -143,6 +159,9 @@ class ResponseThread:
                 else self._io.response(item.chunk, request.options)
             )
             request.sender.send(response, flags=self._io.final_flag if final else 0)
+            if not request.responded and request.span is not None:
+                request.span.event("first response sent")  # the first token's last step inside the backend
+            request.responded = True
         except Exception as exc:  # a broken sender must not stop the thread serving everyone else
             self._log_error(f"sending a response for request {request.request_id} failed: {exc}")
             final = True
@@ -183,3 +202,34 @@ class ResponseThread:
             self._on_cancel(request)
         except Exception as exc:
             self._log_error(f"aborting request {request.request_id} in the engine failed: {exc}")
+
+
+class ResponseLanes:
+    """`count` response threads behind one ResponseThread's interface; each request is on one of them, in turn."""
+
+    def __init__(self, count: int, io: TritonIO, on_cancel: Callable[[InflightRequest], None],
+                 on_finished: Callable[[InflightRequest, Outcome], None], log_error: Callable[[str], None]) -> None:
+        self._lanes = [ResponseThread(io, on_cancel, on_finished, log_error,
+                                      name="vllm-responses" if count == 1 else f"vllm-responses-{i}")
+                       for i in range(count)]
+        self._turn = itertools.count()
+
+    def register(self, request: InflightRequest) -> None:
+        request.lane = self._lanes[next(self._turn) % len(self._lanes)]
+        request.lane.register(request)
+
+    def send_chunk(self, request: InflightRequest, chunk: ResponseChunk) -> None:
+        (request.lane or self._lanes[0]).send_chunk(request, chunk)
+
+    def send_error(self, request: InflightRequest, error: RequestError) -> None:
+        (request.lane or self._lanes[0]).send_error(request, error)
+
+    def inflight(self) -> list[InflightRequest]:
+        return [request for lane in self._lanes for request in lane.inflight()]
+
+    def stop(self, timeout: float = 10.0) -> None:
+        for lane in self._lanes:
+            lane.close()
+        deadline = time.monotonic() + timeout
+        for lane in self._lanes:
+            lane.join(max(0.0, deadline - time.monotonic()))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..common.errors import ConfigError
 from ..common.parameters import config_parameters, parse_bool, parse_choice, parse_positive
 
 # Keys Triton's Python backend itself reads from the same `parameters` block.
@@ -27,10 +28,14 @@ class BackendSettings:
     # OTLP_METRICS: the registry also sent over OTLP/HTTP with exemplars (metrics.otlp_metrics); needs
     # REPORT_CUSTOM_METRICS.
     otlp_metrics: bool = False
+    # RESPONSE_THREADS: threads sending responses to Triton, each request on one (backend.response_thread): one
+    # round trip at a time per thread, so more let the first tokens of simultaneous streams go out side by side.
+    response_threads: int = 1
 
     # GPU_DEVICE_IDS is the official backend's (read by backend.device); the health keys live in health.settings.
     KEYS = frozenset({"REPORT_CUSTOM_METRICS", "UNLOAD_DRAIN_TIMEOUT_S", "ENGINE_START_TIMEOUT_S", "GPU_DEVICE_IDS",
-                      "PER_TOKEN_HISTOGRAMS", "OTLP_METRICS"})
+                      "PER_TOKEN_HISTOGRAMS", "OTLP_METRICS", "RESPONSE_THREADS"})
+    MAX_RESPONSE_THREADS = 32
     PER_TOKEN_HISTOGRAM_CHOICES = ("series", "histogram")
 
     @classmethod
@@ -48,4 +53,15 @@ class BackendSettings:
             per_token_histograms=parse_choice("PER_TOKEN_HISTOGRAMS", params.get("PER_TOKEN_HISTOGRAMS", "series"),
                                               cls.PER_TOKEN_HISTOGRAM_CHOICES),
             otlp_metrics=parse_bool("OTLP_METRICS", params.get("OTLP_METRICS", "false")),
+            response_threads=cls._response_threads(params.get("RESPONSE_THREADS")),
         )
+
+    @classmethod
+    def _response_threads(cls, value: str | None) -> int:
+        if value is None:
+            return cls.response_threads
+        threads = parse_positive("RESPONSE_THREADS", value, kind=int)
+        if threads > cls.MAX_RESPONSE_THREADS:
+            raise ConfigError(f"config.pbtxt parameter RESPONSE_THREADS must be at most "
+                              f"{cls.MAX_RESPONSE_THREADS} (got {threads}): each is a thread of the stub")
+        return threads

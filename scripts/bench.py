@@ -67,7 +67,10 @@ CONFIGS = {  # key: (label, the Triton model's config.pbtxt parameters, or None 
     "f": ("Triton, metrics, untraced beside e", None),  # model bench_e, no traceparent
     "g": ("Triton, metrics on, per-token histograms native",
           {"REPORT_CUSTOM_METRICS": "true", "PER_TOKEN_HISTOGRAMS": "histogram"}),
+    "p": ("Triton HTTP SSE, metrics on, 4 response threads",
+          {"REPORT_CUSTOM_METRICS": "true", "RESPONSE_THREADS": "4"}),
 }
+HTTP_CLIENT = {"h", "p"}  # measured with the HTTP SSE client (the others with gRPC streaming)
 METRICS_ON = {"c", "d", "e", "f", "g"}  # scraped while measured; their publish cost is read per round
 TRACED = {"e", "f"}  # served by the tritonserver in OpenTelemetry mode
 SAME_MODEL = {"h": "c", "f": "e"}  # configurations that measure another's model (another client, or untraced)
@@ -326,7 +329,7 @@ def triton_http_round(server: TritonServer, model: str, concurrency: int, tokens
                      lambda event, _: int(event.get("num_output_tokens", 0)), concurrency, run, traced)
 
 
-def vllm_serve_round(server: VllmServe, concurrency: int, tokens: int) -> Any:
+def vllm_serve_round(server: VllmServe, concurrency: int, tokens: int, run: Run | None = None) -> Any:
     def body(i: int) -> dict:
         return {"model": ENGINE["model"], "prompt": PROMPT.format(i=i), "max_tokens": tokens, "ignore_eos": True,
                 "temperature": 0, "stream": True,
@@ -340,16 +343,18 @@ def vllm_serve_round(server: VllmServe, concurrency: int, tokens: int) -> Any:
         new, state["done"] = done - state.get("done", 0), done
         return new
 
-    return sse_round(f"{server.url}/v1/completions", body, new_tokens, concurrency)
+    return sse_round(f"{server.url}/v1/completions", body, new_tokens, concurrency, run)
 
 
 class VllmServe:
-    """vLLM's OpenAI-compatible server as a user would start it, with the benchmark's engine arguments."""
+    """vLLM's OpenAI-compatible server as a user would start it, with the benchmark's engine arguments;
+    `otlp_traces_endpoint`: its traces to that OTLP/HTTP endpoint (the first-token timeline)."""
 
-    def __init__(self, log_path: Path) -> None:
+    def __init__(self, log_path: Path, otlp_traces_endpoint: str | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
+        self.otlp_traces_endpoint = otlp_traces_endpoint
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> VllmServe:
@@ -358,8 +363,12 @@ class VllmServe:
                 "--uvicorn-log-level", "warning"]
         for key, value in ENGINE.items():  # the same engine arguments as vllm serve's flags
             args += serve_flag(key, value)
+        env = dict(os.environ)
+        if self.otlp_traces_endpoint:
+            args += ["--otlp-traces-endpoint", self.otlp_traces_endpoint]
+            env["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] = "http/protobuf"  # vLLM's default is gRPC
         self.log = open(self.log_path, "wb")
-        self.process = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         return self
 
     def wait_ready(self, timeout: float) -> None:
@@ -562,7 +571,7 @@ def tracing_args(sink_url: str) -> list[str]:
 def start_sink() -> tuple[subprocess.Popen, str]:
     """The discarding OTLP receiver (a process of its own) and its traces URL."""
     port = free_port()
-    sink = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "otlp_sink.py"), str(port)])
+    sink = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "otlp_receiver.py"), str(port), "--discard"])
     return sink, f"http://127.0.0.1:{port}/v1/traces"
 
 
@@ -647,7 +656,7 @@ def measure(key: str, concurrency: int, tokens: int, servers: dict[str, Any], en
         run = loop.run_until_complete(direct_round(engine, concurrency, tokens))
     elif key == "v":
         run = loop.run_until_complete(vllm_serve_round(servers["vllm"], concurrency, tokens))
-    elif key == "h":
+    elif key in HTTP_CLIENT:
         run = loop.run_until_complete(triton_http_round(servers["plain"], f"bench_{model_of(key)}", concurrency,
                                                         tokens))
     else:
@@ -680,7 +689,9 @@ def caught_up(server: TritonServer, model: str, before: dict[str, float], second
 ON_OFF = {"metrics_on_over_off": ("c", "b"), "health_on_over_off": ("d", "c"), "tracing_on_over_off": ("e", "f"),
           "per_token_histograms_over_series": ("g", "c"), "metrics_all_histograms_over_off": ("g", "b")}
 SERVING = {"triton_http_over_vllm_serve": ("h", "v"), "triton_grpc_over_vllm_serve": ("c", "v"),
-           "triton_over_direct": ("b", "a")}
+           "triton_over_direct": ("b", "a"), "triton_http_over_direct": ("h", "a"),
+           "triton_http_4_response_threads_over_vllm_serve": ("p", "v"),
+           "response_threads_4_over_1": ("p", "h")}
 
 
 def paired_ratios_of(results: dict) -> dict:
@@ -702,6 +713,8 @@ def ratios_of(results: dict) -> dict:
         **{name: ratio(results, top, bottom) for name, (top, bottom) in {**SERVING, **ON_OFF}.items()},
         "ttft_p50_overhead_ms": (ttft["h"] - ttft["v"]) if ttft.get("h") is not None and ttft.get("v") is not None
         else None,  # Triton HTTP minus vllm serve
+        **{f"ttft_p50_{k}_minus_a_ms": ttft[k] - ttft["a"] for k in ("h", "p", "v")
+           if ttft.get(k) is not None and ttft.get("a") is not None},  # above the bare engine's first tokens
         "scrape_p99_ms": max((results[k]["scrape_p99_ms"]["median"] for k in ("c", "d", "e", "g")
                               if k in results and results[k]["scrape_p99_ms"]["median"] is not None), default=None),
     }

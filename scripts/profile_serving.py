@@ -1,14 +1,15 @@
 """make profile: where the Triton path spends its CPU per token, under the benchmark's streaming load.
 
-One tritonserver serves the benchmark's metrics-on model; the benchmark's client (Triton's HTTP generate_stream
-over SSE, or gRPC streaming) sends rounds of N streams × T tokens back to back. Over one window of that steady
-load it measures, per token:
+One tritonserver serves the benchmark's metrics-on model (or, with --target vllm-serve, `vllm serve` the same
+engine, for the same measurements of its API server); the benchmark's client (Triton's HTTP generate_stream over
+SSE, or gRPC streaming; vLLM's /v1/completions over SSE) sends rounds of N streams × T tokens back to back. Over
+one window of that steady load it measures, per token:
   * the CPU time of every process (client, tritonserver, stub, EngineCore, worker) and the context switches of
     every thread (a response that crosses a process or a thread costs a wake-up and a switch),
   * with `perf` (when installed): tritonserver's and the stub's CPU by shared object and by symbol — the kernel,
     libc, libpython, Triton's libraries,
-  * with `py-spy --gil`: the stub's Python work by function (the thread holding the GIL is the one running
-    Python), grouped by where the code lives: this backend, its metrics, vLLM, pb_utils, the rest.
+  * with `py-spy --gil`: the stub's (the API server's) Python work by function (the thread holding the GIL is the
+    one running Python), grouped by where the code lives: this backend, its metrics, vLLM, pb_utils, the rest.
 Prints the tables for docs/benchmarks.md and writes JSON (default .bench/profile.json).
 """
 
@@ -43,7 +44,10 @@ PYTHON_OWNERS = (("vllm_triton_observable/backend", "backend (requests, response
                  ("vllm_triton_observable/metrics", "backend (metrics)"),
                  ("vllm_triton_observable", "backend (other)"),
                  ("triton_python_backend_utils", "pb_utils"),
+                 ("vllm/entrypoints", "vLLM's API server (OpenAI protocol)"),
                  ("vllm/", "vLLM (output processing, detokenizer, stats)"),
+                 *((f"{web}/", "HTTP (uvicorn, starlette, fastapi)") for web in ("uvicorn", "starlette", "fastapi")),
+                 ("pydantic", "pydantic"),
                  ("prometheus_client", "prometheus_client (vLLM's and the backend's metric objects)"),
                  ("zmq/", "ZeroMQ (engine IPC)"),
                  ("asyncio/", "asyncio"))
@@ -53,7 +57,7 @@ class Load(threading.Thread):
     """Rounds of the benchmark's streaming workload, back to back, on a loop of its own; `tokens` counts every
     token received so far, so a window's tokens are a difference of two readings."""
 
-    def __init__(self, server: TritonServer, protocol: str, concurrency: int, tokens: int, traced: bool) -> None:
+    def __init__(self, server: Any, protocol: str, concurrency: int, tokens: int, traced: bool) -> None:
         super().__init__(daemon=True)
         self.server, self.protocol, self.concurrency, self.max_tokens = server, protocol, concurrency, tokens
         self.traced = traced  # every request with a traceparent (the server traces exactly those)
@@ -76,6 +80,8 @@ class Load(threading.Thread):
 
     async def _round(self) -> bench.Run:
         """One round whose Run is visible while it streams."""
+        if isinstance(self.server, bench.VllmServe):
+            return await bench.vllm_serve_round(self.server, self.concurrency, self.max_tokens, run=self.current)
         if self.protocol == "http":
             return await bench.triton_http_round(self.server, MODEL, self.concurrency, self.max_tokens,
                                                  run=self.current, traced=self.traced)
@@ -175,10 +181,14 @@ def python_breakdown(folded: Path) -> tuple[int, collections.Counter, collection
 
 
 # -- orchestration -------------------------------------------------------------------------------------
-def processes_of(server: TritonServer) -> dict[str, int]:
-    stub = bench.stub_of(server.process.pid, MODEL)
-    found = {"client": psutil.Process().pid, "tritonserver": server.process.pid}
-    for pid in bench.process_tree(stub) if stub else []:
+def processes_of(server: Any) -> dict[str, int]:
+    found = {"client": psutil.Process().pid}
+    if isinstance(server, bench.VllmServe):
+        found["API server"] = top = server.process.pid
+    else:
+        found["tritonserver"] = server.process.pid
+        top = bench.stub_of(server.process.pid, MODEL)
+    for pid in bench.process_tree(top) if top else []:
         name = bench.role(psutil.Process(pid))
         if name in ("stub", "EngineCore", "worker"):  # not multiprocessing's resource tracker
             found.setdefault(name, pid)
@@ -188,7 +198,7 @@ def processes_of(server: TritonServer) -> dict[str, int]:
 def report(profile: dict) -> str:
     tokens = profile["tokens"]
     lines = [f"{tokens:,} tokens in {profile['seconds']:.0f} s ({tokens / profile['seconds']:,.0f} tokens/s), "
-             f"{profile['protocol']}{', every request traced' if profile['traced'] else ''}, "
+             f"{profile['target']} over {profile['protocol']}{', every request traced' if profile['traced'] else ''}, "
              f"{profile['concurrency']} streams × {profile['max_tokens']} tokens", "",
              "| process | CPU ms / token | voluntary switches / token | involuntary / token | threads switching |",
              "|---|---|---|---|---|"]
@@ -204,17 +214,18 @@ def report(profile: dict) -> str:
     python = profile.get("python")
     if python:
         per_sample = 1000 / PY_SPY_RATE / tokens  # ms of GIL-held time per token that one sample stands for
-        lines += ["", f"stub, Python holding the GIL (py-spy --gil; {python['total'] * per_sample:.3f} ms / token):",
-                  ""]
+        lines += ["", f"{python['process']}, Python holding the GIL (py-spy --gil; "
+                  f"{python['total'] * per_sample:.3f} ms / token):", ""]
         lines += [f"  {n * per_sample:.3f}  {n / python['total']:6.1%}  {owner}" for owner, n in python["owners"]]
-        lines += ["", "stub, top Python functions (self):", ""]
+        lines += ["", f"{python['process']}, top Python functions (self):", ""]
         lines += [f"  {n * per_sample:.3f}  {n / python['total']:6.1%}  {name}" for name, n in python["functions"]]
     return "\n".join(lines)
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--protocol", choices=("http", "grpc"), default="http")
+    parser.add_argument("--target", choices=("triton", "vllm-serve"), default="triton")
+    parser.add_argument("--protocol", choices=("http", "grpc"), default="http", help="Triton's (vllm serve: http)")
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--seconds", type=float, default=20.0, help="length of the measured window")
@@ -229,10 +240,16 @@ def main(argv: list[str]) -> int:
         repository = Path(tmp) / "models"
         write_model(repository, MODEL, {**bench.ENGINE, **args.engine_args},
                     params={"REPORT_CUSTOM_METRICS": "true"})
-        bench.say("starting tritonserver with the benchmark's metrics-on model (≈ 1 min)")
         sink, sink_url = bench.start_sink() if args.trace else (None, "")
-        server = TritonServer(repository, extra_args=bench.tracing_args(sink_url) if args.trace else [],
-                              log_path=ROOT / ".build" / "profile-tritonserver.log").start()
+        if args.target == "vllm-serve":
+            bench.say("starting vllm serve with the benchmark's engine (≈ 1 min)")
+            bench.ENGINE.update(args.engine_args)
+            server: Any = bench.VllmServe(ROOT / ".build" / "profile-vllm-serve.log",
+                                          otlp_traces_endpoint=sink_url or None).start()
+        else:
+            bench.say("starting tritonserver with the benchmark's metrics-on model (≈ 1 min)")
+            server = TritonServer(repository, extra_args=bench.tracing_args(sink_url) if args.trace else [],
+                                  log_path=ROOT / ".build" / "profile-tritonserver.log").start()
         load = Load(server, args.protocol, args.concurrency, args.tokens, traced=args.trace)
         try:
             server.wait_ready(timeout=900)
@@ -243,10 +260,11 @@ def main(argv: list[str]) -> int:
                 time.sleep(0.2)
             processes = processes_of(server)
             bench.say(f"profiling {args.seconds:g} s of steady load: {', '.join(processes)}")
-            native_files = {name: Path(tmp) / f"{name}.perf" for name in ("tritonserver", "stub")}
+            front = "stub" if "stub" in processes else "API server"  # where the server's Python runs
+            native_files = {name: Path(tmp) / f"{name}.perf" for name in ("tritonserver", front) if name in processes}
             samplers = [start_perf(processes[name], args.seconds, path) for name, path in native_files.items()]
-            folded = Path(tmp) / "stub.folded"
-            samplers.append(start_py_spy(processes["stub"], args.seconds, folded))
+            folded = Path(tmp) / "python.folded"
+            samplers.append(start_py_spy(processes[front], args.seconds, folded))
             before, tokens_before, began = snapshot(processes), load.tokens, time.monotonic()
             time.sleep(args.seconds)
             after, tokens, seconds = snapshot(processes), load.tokens - tokens_before, time.monotonic() - began
@@ -255,7 +273,9 @@ def main(argv: list[str]) -> int:
                     sampler.wait(60)
             load.stop.set()
             load.join(120)
-            profile: dict[str, Any] = {"protocol": args.protocol, "traced": args.trace, "concurrency": args.concurrency,
+            profile: dict[str, Any] = {"target": args.target,
+                                       "protocol": "http" if args.target == "vllm-serve" else args.protocol,
+                                       "traced": args.trace, "concurrency": args.concurrency,
                                        "max_tokens": args.tokens, "engine_args": args.engine_args,
                                        "tokens": tokens, "seconds": seconds,
                                        "processes": per_token(before, after, tokens)}
@@ -266,7 +286,7 @@ def main(argv: list[str]) -> int:
                 bench.say("perf is not installed: no per-library split (Debian: apt install linux-perf)")
             if folded.exists():
                 total, owners, functions = python_breakdown(folded)
-                profile["python"] = {"total": total, "owners": owners.most_common(),
+                profile["python"] = {"process": front, "total": total, "owners": owners.most_common(),
                                      "functions": functions.most_common(15)}
         finally:
             load.stop.set()

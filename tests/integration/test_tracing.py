@@ -98,6 +98,7 @@ def check_chain(spans: dict[str, dict]) -> None:
     assert (backend["service"], vllm["service"]) == ("vllm-triton-backend", "vllm")
     assert backend["start"] <= vllm["start"] and backend["end"] >= vllm["end"]
     assert backend["events"][:2] == ["submitted to the engine", "first token"]
+    assert backend["events"].index("first response sent") == 2  # once, after the first token
     assert backend["events"][-1] == "final response sent"
     assert backend["attributes"]["gen_ai.provider.name"] == "vllm"
     assert backend["attributes"]["triton.model_name"] == MODEL

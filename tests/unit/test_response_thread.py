@@ -1,11 +1,11 @@
-"""The response thread: finals, coalescing of stream chunks, cancellation polling, outcomes."""
+"""The response threads: finals, coalescing of stream chunks, cancellation polling, outcomes, lanes."""
 
 import threading
 import time
 
 from vllm_triton_observable.backend.request_decoding import OutputOptions
 from vllm_triton_observable.backend.response_encoding import ResponseChunk
-from vllm_triton_observable.backend.response_thread import InflightRequest, ResponseThread
+from vllm_triton_observable.backend.response_thread import InflightRequest, ResponseLanes, ResponseThread
 from vllm_triton_observable.common.errors import InvalidRequest
 from vllm_triton_observable.common.vocabulary import Outcome
 
@@ -130,3 +130,29 @@ def test_a_response_that_cannot_be_encoded_still_ends_the_request_with_an_error(
     assert flags == 1 and response[:2] == ("error", "INTERNAL") and "request id r1" in response[2]
     assert finished == [Outcome.FAILED] and thread.inflight() == []
     thread.stop()
+
+
+def test_lanes_send_side_by_side_and_keep_each_streams_order():
+    """A sender stuck in its round trip holds up only the requests of its own lane."""
+    finished = []
+    lanes = ResponseLanes(2, FakeIO(), lambda r: None, lambda r, o: finished.append(r.request_id), print)
+    stuck, free = FakeSender(), FakeSender()
+    stuck.gate.clear()
+    requests = [InflightRequest(name, sender, OutputOptions()) for name, sender in (("a", stuck), ("b", free))]
+    for request in requests:
+        lanes.register(request)
+    assert requests[0].lane is not requests[1].lane
+    assert {r.lane._thread.name for r in requests} == {"vllm-responses-0", "vllm-responses-1"}
+    for text in "xyz":
+        for request in requests:
+            lanes.send_chunk(request, chunk(text, finished=text == "z"))
+    wait_for(lambda: finished == ["b"])  # b's lane is done while a's first send still waits
+    assert {r.request_id for r in lanes.inflight()} == {"a"}
+    stuck.gate.set()
+    wait_for(lambda: len(finished) == 2)
+    for sender in (stuck, free):
+        assert "".join(t for (_, texts), _f in sender.sent for t in texts) == "xyz"
+        assert [flags for _, flags in sender.sent][-1] == 1
+    assert lanes.inflight() == []
+    lanes.stop()
+    assert not any(r.lane._thread.is_alive() for r in requests)

@@ -93,3 +93,12 @@ def test_gpu_device_ids_pin_a_kind_model_instance(monkeypatch):
         check_device({"tensor_parallel_size": 2}, {"model_instance_kind": "MODEL"}, Log(), "1")
     with pytest.raises(ConfigError, match="non-negative and distinct"):
         check_device({}, {"model_instance_kind": "MODEL"}, Log(), "1,1")
+
+
+def test_response_threads_are_a_bounded_count():
+    assert BackendSettings.from_model_config({}).response_threads == 1
+    assert BackendSettings.from_model_config(config(RESPONSE_THREADS="4")).response_threads == 4
+    for bad, says in (("0", "is not a positive int"), ("2.5", "is not a positive int"),
+                      ("33", "must be at most 32")):
+        with pytest.raises(ConfigError, match=says):
+            BackendSettings.from_model_config(config(RESPONSE_THREADS=bad))

@@ -1,6 +1,13 @@
-"""A real OTLP/HTTP receiver for the tests: traces as Triton's OTLP/JSON (opentelemetry-cpp sends JSON bodies
-with hex ids) and the Python SDK's OTLP/protobuf (this backend, vLLM), metrics as OTLP/protobuf at /v1/metrics
-(the backend's OTLP_METRICS); every span and metric data point kept as plain data."""
+"""A real OTLP/HTTP receiver, the one the tests, the benchmark and the first-token timeline share: traces as
+Triton's OTLP/JSON (opentelemetry-cpp sends JSON bodies with hex ids) and the Python SDK's OTLP/protobuf (this
+backend, vLLM), metrics as OTLP/protobuf at /v1/metrics (the backend's OTLP_METRICS); every span and metric data
+point kept as plain data.
+
+In the tests' process: `with OtlpReceiver() as receiver:`. As a process of its own (so that the exporters' posts
+cost the measured processes nothing but the export itself): `python scripts/otlp_receiver.py PORT [--discard]`;
+`GET /` answers how many exports arrived, by content type, `GET /spans` the spans kept (none with --discard, which
+answers every export at once without reading it: `make bench`'s traced configuration).
+"""
 
 from __future__ import annotations
 
@@ -53,6 +60,7 @@ def _spans_from_json(body: dict[str, Any], ids: str) -> list[dict[str, Any]]:
                     "start": int(span["startTimeUnixNano"]), "end": int(span["endTimeUnixNano"]),
                     "attributes": _attributes(span.get("attributes", [])),
                     "events": [e["name"] for e in span.get("events", [])],
+                    "event_times": [(e["name"], int(e["timeUnixNano"])) for e in span.get("events", [])],
                     "status": span.get("status", {}),
                 })
     return spans
@@ -86,7 +94,7 @@ def _points_from_json(body: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 class OtlpReceiver:
-    def __init__(self, port: int | None = None) -> None:
+    def __init__(self, port: int | None = None, discard: bool = False, host: str = "127.0.0.1") -> None:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}/v1/traces"
         self.metrics_url = f"http://127.0.0.1:{self.port}/v1/metrics"
@@ -97,9 +105,16 @@ class OtlpReceiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as a collector does
+
             def do_POST(self) -> None:  # noqa: N802 - the http.server API
                 raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 kind = self.headers.get("Content-Type", "")
+                if discard:
+                    with receiver._lock:
+                        receiver.bodies[kind] = receiver.bodies.get(kind, 0) + 1
+                    self._answer(b"{}" if "json" in kind else b"", kind or "application/x-protobuf")
+                    return
                 if self.path.endswith("/v1/metrics"):
                     from google.protobuf.json_format import MessageToDict
 
@@ -107,11 +122,7 @@ class OtlpReceiver:
                     answer = ExportMetricsServiceResponse().SerializeToString()
                     with receiver._lock:
                         receiver.metric_exports.append(points)
-                    self.send_response(200)
-                    self.send_header("Content-Type", "application/x-protobuf")
-                    self.send_header("Content-Length", str(len(answer)))
-                    self.end_headers()
-                    self.wfile.write(answer)
+                    self._answer(answer, "application/x-protobuf")
                     return
                 if "json" in kind:
                     spans = _spans_from_json(json.loads(raw), ids="hex")
@@ -125,16 +136,24 @@ class OtlpReceiver:
                 with receiver._lock:
                     receiver.spans.extend(spans)
                     receiver.bodies[kind] = receiver.bodies.get(kind, 0) + 1
+                self._answer(answer, answer_type)
+
+            def do_GET(self) -> None:  # noqa: N802
+                with receiver._lock:
+                    answer = json.dumps(receiver.spans if self.path == "/spans" else receiver.bodies).encode()
+                self._answer(answer, "application/json")
+
+            def _answer(self, body: bytes, content_type: str) -> None:
                 self.send_response(200)
-                self.send_header("Content-Type", answer_type)
-                self.send_header("Content-Length", str(len(answer)))
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(answer)
+                self.wfile.write(body)
 
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self._server = ThreadingHTTPServer((host, self.port), Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     def __enter__(self) -> OtlpReceiver:
@@ -183,3 +202,13 @@ class OtlpReceiver:
                 return found
             assert time.monotonic() < deadline, f"no span {name!r} arrived within {timeout:g} s"
             time.sleep(0.2)
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description="An OTLP/HTTP receiver in a process of its own.")
+    parser.add_argument("port", type=int)
+    parser.add_argument("--discard", action="store_true", help="count exports, keep nothing")
+    args = parser.parse_args()
+    OtlpReceiver(args.port, discard=args.discard)._server.serve_forever()
