@@ -132,31 +132,9 @@ def test_a_killed_engine_process_leaves_nothing_behind(victim_server, victim, re
                               f"{', '.join(f'{t:.1f}' for t in took)} s (bound {GONE_BOUND_S:g} s)")
 
 
-def test_a_killed_stub_takes_its_engine_with_it(repo, busy_machine, record_property):
-    """vLLM's EngineCore does not watch its parent; the backend's engine watch (a vLLM plugin in the EngineCore)
-    ends it, its worker with it, and removes the instance's IPC directory. (Triton 2.51 does not start a new stub
-    for a decoupled model by itself: each repetition has a server of its own.)"""
-    took = []
-    for _ in range(REPEAT):
-        with TritonServer(repo, env=server_env()) as triton:
-            triton.wait_ready(timeout=900)
-            start_load(triton, MODEL)
-            stub = stub_of(triton, MODEL)
-            ipc = ipc_directory(stub)
-            instance = Footprint.of([stub, *engine_of(stub)], ipc)
-            instance.shm -= {a for a in stub.cmdline() if "shm_region" in a}  # the server owns the stub's region
-            killed = time.monotonic()
-            stub.send_signal(signal.SIGKILL)
-            took.append(instance.gone_within(GONE_BOUND_S, killed))
-            assert ipc is None or not ipc.exists(), sorted(ipc.rglob("*"))
-    record_property("report", f"residue: SIGKILL of the stub under load, busy machine: all gone after "
-                              f"{', '.join(f'{t:.1f}' for t in took)} s (bound {GONE_BOUND_S:g} s)")
-
-
-def test_a_killed_tritonserver_takes_its_model_with_it(repo, busy_machine, record_property):
-    """With the server gone, the backend's parent watch (a process of its own beside the stub) ends the EngineCore,
-    its worker and, if it has not exited by itself, the stub; the stub's region, the engine's shared memory and the
-    IPC directory go with them. Each repetition has a server of its own."""
+def kill_under_load(repo: Path, victim: str) -> list[float]:
+    """REPEAT times, a server of its own (Triton 2.51 does not start a new stub for a decoupled model by itself):
+    three streams, then SIGKILL of the stub or of tritonserver; seconds until nothing of the instance was left."""
     took = []
     for _ in range(REPEAT):
         with TritonServer(repo, env=server_env()) as triton:
@@ -167,9 +145,27 @@ def test_a_killed_tritonserver_takes_its_model_with_it(repo, busy_machine, recor
             watch = [p for p in stub.children() if "parent_watch" in cmdline(p)]
             assert len(watch) == 1, [cmdline(p) for p in stub.children()]
             instance = Footprint.of([stub, *engine_of(stub), *watch], ipc)
+            if victim == "stub":  # the server is alive and owns the stub's region
+                instance.shm -= {a for a in stub.cmdline() if "shm_region" in a}
             killed = time.monotonic()
-            triton.process.send_signal(signal.SIGKILL)
+            (stub if victim == "stub" else triton.process).send_signal(signal.SIGKILL)
             took.append(instance.gone_within(GONE_BOUND_S, killed))
             assert ipc is None or not ipc.exists(), sorted(ipc.rglob("*"))
+    return took
+
+
+def test_a_killed_stub_takes_its_engine_with_it(repo, busy_machine, record_property):
+    """vLLM's EngineCore does not watch its parent; the backend's engine watch (a vLLM plugin in the EngineCore)
+    ends it, its worker with it, and removes the instance's IPC directory; the parent watch ends with the stub."""
+    took = kill_under_load(repo, "stub")
+    record_property("report", f"residue: SIGKILL of the stub under load, busy machine: all gone after "
+                              f"{', '.join(f'{t:.1f}' for t in took)} s (bound {GONE_BOUND_S:g} s)")
+
+
+def test_a_killed_tritonserver_takes_its_model_with_it(repo, busy_machine, record_property):
+    """With the server gone, the backend's parent watch (a process of its own beside the stub) ends the EngineCore,
+    its worker and, if it has not exited by itself, the stub; the stub's region, the engine's shared memory and the
+    IPC directory go with them."""
+    took = kill_under_load(repo, "tritonserver")
     record_property("report", f"residue: SIGKILL of tritonserver under load, busy machine: all gone after "
                               f"{', '.join(f'{t:.1f}' for t in took)} s (bound {GONE_BOUND_S:g} s)")
