@@ -27,9 +27,9 @@ _fork_hook = False  # this process (the stub) starts it in its forked children
 
 
 def _watch(stub: int, ipc_engine_dir: str | None) -> None:
-    from .parent_watch import wait_for_parent_exit
+    from .parent_watch import wait_for_exit
 
-    wait_for_parent_exit(stub)
+    wait_for_exit(stub)
     if ipc_engine_dir:
         from .ipc_dir import PREFIX
 

@@ -77,11 +77,6 @@ def wait_for_exit(*pids: int) -> int:
             os.close(fd)
 
 
-def wait_for_parent_exit(pid: int) -> None:
-    """Until process `pid` has ended (the engine watch's wait for its stub)."""
-    wait_for_exit(pid)
-
-
 def _alive(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
@@ -92,7 +87,7 @@ def _alive(pid: int) -> bool:
 def _wait_gone(processes: list[psutil.Process], timeout_s: float) -> list[psutil.Process]:
     """Those of `processes` still running after `timeout_s`."""
     _, alive = psutil.wait_procs(processes, timeout=timeout_s)
-    return [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    return [p for p in alive if _alive(p.pid)]
 
 
 def _say(line: str) -> None:

@@ -28,7 +28,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,7 +38,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 import bench  # noqa: E402
 from triton_launcher import TritonServer, free_port, write_model  # noqa: E402
 
-BACKEND_SERVICE = "vllm-triton-backend"
+from vllm_triton_observable.metrics import names  # noqa: E402
+
 VLLM_SPAN = "llm_request"  # vLLM's span, whichever service name its process has (vllm serve sets none)
 # A step after the client's first token is not on its path, except this one: send() returns once Triton has taken
 # the response, often after the client already has it.
@@ -65,9 +65,8 @@ async def stream_round(url: str, body: Any, concurrency: int, target: str, token
     sent: list[Sent] = []
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
         async def one(i: int) -> None:
-            trace_id = uuid.uuid4().hex
-            record = Sent(target, trace_id, time.time_ns())
-            headers = {"traceparent": f"00-{trace_id}-{uuid.uuid4().hex[:16]}-01"}
+            headers = bench.traceparent()
+            record = Sent(target, headers["traceparent"].split("-")[1], time.time_ns())
             async with session.post(url, json=body(i), headers=headers) as response:
                 if response.status != 200:
                     return
@@ -119,7 +118,7 @@ def steps_of(request: Sent, spans: list[dict[str, Any]]) -> dict[str, int]:
                                     ("gen_ai.latency.time_to_first_token", "vLLM: first token")):
                 if attributes.get(attribute) is not None:
                     note(name, span["start"] + int(float(attributes[attribute]) * 1e9))
-        elif span["service"] == BACKEND_SERVICE:
+        elif span["service"] == names.TRACE_SERVICE:
             note("backend: execute() took it", span["start"])
             for name, ns in span["event_times"]:
                 note(f"backend: {name}", ns)

@@ -94,7 +94,7 @@ def _points_from_json(body: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 class OtlpReceiver:
-    def __init__(self, port: int | None = None, discard: bool = False, host: str = "127.0.0.1") -> None:
+    def __init__(self, port: int | None = None, discard: bool = False) -> None:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}/v1/traces"
         self.metrics_url = f"http://127.0.0.1:{self.port}/v1/metrics"
@@ -153,7 +153,7 @@ class OtlpReceiver:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer((host, self.port), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     def __enter__(self) -> OtlpReceiver:

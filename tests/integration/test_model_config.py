@@ -34,6 +34,7 @@ def config_server(tmp_path_factory):
     write_model(repo, "contradiction", params={"ENABLE_VLLM_HEALTH_CHECK": "true", "HEALTH_DEGRADED_PROBE_S": "9"})
     write_model(repo, "unload_not_explicit", params={"ENABLE_VLLM_HEALTH_CHECK": "true", "HEALTH_RECOVERY": "unload"})
     write_model(repo, "slow_start", params={"ENGINE_START_TIMEOUT_S": "2"})  # no engine starts in 2 s here
+    write_model(repo, "too_many_response_threads", params={"RESPONSE_THREADS": "64"})
     with TritonServer(repo, env=server_env(),
                       extra_args=["--exit-on-error=false", "--allow-metrics=false"]) as triton:
         triton.wait_ready(timeout=600, models=["good"])
@@ -64,6 +65,11 @@ def test_an_unknown_key_fails_the_load_with_a_suggestion(config_server):
     reason = index(config_server)["unknown_param"]["reason"]
     assert ("config.pbtxt parameter HEALTH_CHECK_INTERVAL: unknown to the vllm backend; did you mean "
             "HEALTH_CHECK_INTERVAL_S?") in reason, reason
+
+
+def test_a_response_thread_count_out_of_bounds_fails_the_load(config_server):
+    reason = index(config_server)["too_many_response_threads"]["reason"]
+    assert "config.pbtxt parameter RESPONSE_THREADS must be at most 32 (got 64)" in reason, reason
 
 
 def test_contradictory_health_settings_fail_the_load(config_server):
