@@ -57,14 +57,26 @@ MODELS = {
 TWO_TOKENS = {"text_input": "In this example,", "parameters": {"max_tokens": 2, "temperature": 0}}
 
 
-def ready(server, model: str) -> bool:
-    """Both of the official test's readiness views: the ready endpoint and the repository index."""
-    endpoint = requests.get(f"{server.http_url}/v2/models/{model}/ready", timeout=5).status_code == 200
+def index_state(server, model: str) -> str:
+    """The model's state in the repository index, which must list it once."""
     index = requests.post(f"{server.http_url}/v2/repository/index", json={}, timeout=5).json()
     states = [m.get("state") for m in index if m["name"] == model]
     assert len(states) == 1, f"duplicate model index entries: {index}"
-    assert endpoint == (states[0] == "READY"), (endpoint, states)
-    return endpoint
+    return states[0]
+
+
+def ready(server, model: str) -> bool:
+    """Both of the official test's readiness views: the ready endpoint and the repository index. The two are two
+    requests, so the ready endpoint is asked between two reads of the index and compared only when the state did
+    not move meanwhile (an unload moves READY -> UNLOADING -> UNAVAILABLE and never back)."""
+    for _ in range(3):  # an unload has two moves, so the third try finds the state still
+        before = index_state(server, model)
+        endpoint = requests.get(f"{server.http_url}/v2/models/{model}/ready", timeout=5).status_code == 200
+        after = index_state(server, model)
+        if before == after:
+            assert endpoint == (after == "READY"), (endpoint, before, after)
+            return endpoint
+    raise AssertionError(f"the state of {model} in the index kept moving: last {before} -> {after}")
 
 
 def generating(server) -> bool:
