@@ -12,10 +12,10 @@ from typing import Any
 
 import requests
 import yaml
-from triton_launcher import ROOT, free_port
+from triton_launcher import free_port
 
-from alerts.definitions import panel_ids
 from alerts.render import prometheus_groups
+from dashboards.build import panel_ids
 from observability.config import DEFAULT
 from vllm_triton_observable.metrics.registry import triton_le_label
 
@@ -95,5 +95,5 @@ def generated_rules(tmp_path: Path, **shorter: object) -> Path:
     """The generated Prometheus rules, with the config fields in `shorter` (e.g. a `for`) changed for a test."""
     config = dataclasses.replace(DEFAULT, **shorter)
     rules = tmp_path / "rules.yaml"
-    rules.write_text(yaml.safe_dump(prometheus_groups(config, panel_ids(ROOT / "dashboards" / "generated"))))
+    rules.write_text(yaml.safe_dump(prometheus_groups(config, panel_ids(config))))
     return rules

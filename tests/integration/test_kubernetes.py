@@ -14,8 +14,8 @@ import pytest
 import yaml
 from helpers import ROOT
 
-from alerts.definitions import panel_ids
 from alerts.render import prometheus_groups
+from dashboards.build import panel_ids
 from observability.config import DEFAULT
 
 BASE = ROOT / "deploy" / "kubernetes"
@@ -66,7 +66,7 @@ def test_the_prometheus_rule_is_the_generated_rules():
     (rule,) = of_kind("PrometheusRule")
     assert rule["apiVersion"] == "monitoring.coreos.com/v1" and rule["metadata"]["name"]
     assert rule["metadata"]["labels"] == dict(DEFAULT.prometheus_rule_labels)
-    assert rule["spec"] == prometheus_groups(DEFAULT, panel_ids(ROOT / "dashboards" / "generated"))
+    assert rule["spec"] == prometheus_groups(DEFAULT, panel_ids())
     for group in rule["spec"]["groups"]:
         assert group["name"] and group["rules"]
         for r in group["rules"]:

@@ -1,113 +1,87 @@
-"""The rooms' dependencies point one way, read from the import statements themselves.
+"""The rooms' dependencies point one way: import-linter's contracts in pyproject.toml, checked on the package as
+it is installed (a fresh copy laid out by scripts/assemble_backends.py) and on the repository's tool packages.
 
     common          imports no other room
-    metrics, health import only common (health's needs are the interfaces in health/ports.py)
-    backend         imports common; only its composition root (model_instance.py) and model.py wire in
-                    metrics and health
-    observability   imports only the metric names, registry helpers and label values (no engine, no backend)
-    dashboards      imports observability, the metric names and which vLLM release brought a family;
-                    alerts observability and the metric names, never dashboards
-    deploy          imports observability and alerts (the dashboards it reads as generated files)
-Nothing imports a room by a generic top-level name (`backend`, `metrics`, ...): only as vllm_triton_observable.*.
+    metrics, health import only common, never each other (health's needs are the interfaces in health/ports.py)
+    backend         imports common; only its composition root (plan.py, model_instance.py, parameter_reference.py)
+                    wires in metrics and health
+    observability   the metric names, registry helpers and label values (no engine, no backend)
+    dashboards      observability, the metric names, which vLLM release brought a family
+    alerts          observability, the metric names, the dashboards' definitions (their panel ids)
+    deploy          observability, alerts and the dashboards' definitions
+Beside the contracts, one style rule import-linter has no words for: nothing imports a room by a generic
+top-level name (`backend`, `metrics`, ...), only as vllm_triton_observable.*.
 """
 
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGE = "vllm_triton_observable"
 ROOMS = ("backend", "common", "health", "metrics")
-TOOLS = ("observability", "dashboards", "alerts", "deploy")
-COMPOSITION_ROOT = {"backend/model_instance.py", "backend/model.py"}
-ALLOWED: dict[str, set[str]] = {
-    "common": set(),
-    "metrics": {"common"},
-    "health": {"common"},
-    "backend": {"common"},
-    "observability": {"metrics.names", "metrics.registry", "common.vocabulary"},
-    "dashboards": {"observability", "metrics.names", "metrics.registry", "common.vllm_compat"},
-    "alerts": {"observability", "metrics.names", "metrics.registry"},
-    "deploy": {"observability", "alerts"},
-}
+TOOLS = ("observability", "dashboards", "alerts", "deploy")  # the repository's generator packages
+
+
+def lint_imports(tmp_path: Path, config: Path) -> subprocess.CompletedProcess:
+    """import-linter on a fresh copy of the package (grimp needs it as a directory, not the repository's
+    module-style layout) beside the repository's tool packages."""
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "assemble_backends.py"), "--vllm-only",
+                    str(tmp_path / "vllm")], check=True, capture_output=True)
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path / 'vllm'}{os.pathsep}{ROOT}", "NO_COLOR": "1"}
+    return subprocess.run([str(Path(sys.executable).parent / "lint-imports"), "--config", str(config), "--no-cache"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_the_import_contracts_are_kept(tmp_path):
+    result = lint_imports(tmp_path, ROOT / "pyproject.toml")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "4 kept, 0 broken" in result.stdout, result.stdout
+
+
+def test_import_linter_sees_a_broken_contract(tmp_path):
+    """The contracts would pass vacuously if the graph were empty: common above backend must break."""
+    config = tmp_path / "broken.toml"
+    config.write_text('[tool.importlinter]\nroot_packages = ["vllm_triton_observable"]\n'
+                      '[[tool.importlinter.contracts]]\nname = "upside down"\ntype = "layers"\n'
+                      'layers = ["vllm_triton_observable.common", "vllm_triton_observable.backend"]\n')
+    result = lint_imports(tmp_path, config)
+    assert result.returncode != 0 and "BROKEN" in result.stdout, result.stdout + result.stderr
+    assert "vllm_triton_observable.backend." in result.stdout  # it names an import that breaks it
 
 
 def python_files(folder: str) -> list[Path]:
-    return sorted((ROOT / folder).glob("*.py"))
+    """The folder's modules, its packages' (alerts/groups/) included."""
+    return sorted((ROOT / folder).rglob("*.py"))
 
 
-def imported(path: Path) -> set[str]:
-    """What a file imports from the project, as 'room' or 'room.module' (its own room included)."""
-    room = path.parent.name
+def generic_imports(path: Path) -> set[str]:
+    """The absolute imports of a room by its folder's name (`import metrics.registry`, `from backend import x`)."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.level:
-            base = [] if node.level == 2 else [room]
-            parts = [*base, *(node.module.split(".") if node.module else [])]
-            if not parts:  # `from .. import __version__`: the package itself
-                continue
-            names = [f"{parts[0]}.{a.name}" for a in node.names] if len(parts) == 1 else [".".join(parts[:2])]
-            found.update(names)
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            if node.module.split(".")[0] == PACKAGE and node.module.count(".") == 1:  # from pkg.room import module
-                found.update(_project_name(f"{node.module}.{a.name}") for a in node.names)
-            else:
-                found.add(_project_name(node.module))
+        if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            modules = [node.module]
         elif isinstance(node, ast.Import):
-            found.update(_project_name(a.name) for a in node.names)
-    return {name for name in found if name}
-
-
-def _project_name(module: str) -> str:
-    parts = module.split(".")
-    if parts[0] == PACKAGE:
-        return ".".join(parts[1:3])
-    if parts[0] in ROOMS:
-        return f"GENERIC:{module}"
-    return ".".join(parts[:2]) if parts[0] in TOOLS else ""
-
-
-def allowed(room: str, name: str) -> bool:
-    target = name.split(".")[0]
-    return target == room or target in ALLOWED[room] or name in ALLOWED[room]
-
-
-@pytest.mark.parametrize("room", [*ROOMS, *TOOLS])
-def test_each_room_imports_only_what_it_may(room):
-    wrong = {}
-    for path in python_files(room):
-        relative = f"{room}/{path.name}"
-        if relative in COMPOSITION_ROOT:
+            modules = [alias.name for alias in node.names]
+        else:
             continue
-        bad = sorted(n for n in imported(path) if not allowed(room, n))
-        if bad:
-            wrong[relative] = bad
-    assert not wrong, wrong
-
-
-def test_the_composition_root_is_the_only_place_that_wires_rooms():
-    root = imported(ROOT / "backend" / "model_instance.py")
-    assert {n.split(".")[0] for n in root} >= {"backend", "common", "health", "metrics"}
+        found |= {module for module in modules if module.split(".")[0] in ROOMS}
+    return found
 
 
 def test_nothing_imports_a_room_by_a_generic_name():
     everywhere = [p for folder in (*ROOMS, *TOOLS, "scripts", "tests/unit", "tests/integration")
                   for p in python_files(folder)]
-    generic = {str(p.relative_to(ROOT)): sorted(n for n in imported(p) if n.startswith("GENERIC:"))
-               for p in everywhere}
+    generic = {str(p.relative_to(ROOT)): sorted(generic_imports(p)) for p in everywhere}
     assert not {k: v for k, v in generic.items() if v}
 
 
-def test_the_checker_sees_a_wrong_import(tmp_path):
-    """The rules above would pass vacuously if `imported` found nothing: it must see each kind of import."""
-    sample = tmp_path / "health" / "x.py"
-    sample.parent.mkdir()
-    sample.write_text("from ..backend.generation import A\nfrom .ports import B\nfrom ..common import errors\n"
-                      "import metrics.registry\nfrom vllm_triton_observable.metrics.names import C\n")
-    assert imported(sample) == {"backend.generation", "health.ports", "common.errors", "GENERIC:metrics.registry",
-                                "metrics.names"}
-    assert [n for n in sorted(imported(sample)) if not allowed("health", n)] == [
-        "GENERIC:metrics.registry", "backend.generation", "metrics.names"]
+def test_the_generic_name_check_sees_one(tmp_path):
+    """The rule above would pass vacuously if it found nothing: it must see both kinds, and only those."""
+    sample = tmp_path / "x.py"
+    sample.write_text("import metrics.registry\nfrom backend import generation\nfrom ..common import errors\n"
+                      "from vllm_triton_observable.health import monitor\nimport observability.config\n")
+    assert generic_imports(sample) == {"metrics.registry", "backend"}

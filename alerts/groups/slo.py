@@ -1,0 +1,58 @@
+"""Latency SLOs: their recording rules (error ratios over the burn windows) and the multi-window burn-rate alerts."""
+
+from __future__ import annotations
+
+from alerts.definitions import FLEET, SLO_WINDOWS, Alert, RecordingRule, enough_traffic, selector, slo_record
+from observability.config import Config, DashboardUID
+from observability.promql import le_matcher
+from vllm_triton_observable.metrics.registry import triton_le_label
+
+
+def recording_rules(config: Config) -> list[RecordingRule]:
+    rules = []
+    for slo in config.slos:
+        le = le_matcher(triton_le_label(slo.threshold_s))
+        good = f"{slo.histogram}_bucket{selector(config, le)}"
+        total = f"{slo.histogram}_count{selector(config)}"
+        for window in SLO_WINDOWS:
+            rules.append(RecordingRule(slo_record(slo, window), (
+                f"1 - (sum by ({FLEET}) (rate({good}[{window}])) / "
+                f"(sum by ({FLEET}) (rate({total}[{window}])) > 0))")))
+    return rules
+
+
+def alerts(config: Config) -> list[Alert]:
+    found = []
+    for slo in config.slos:
+        budget = 1 - slo.objective
+        for window in config.burn_windows:
+            found.append(Alert(
+                name=f"Vllm{slo.name}ErrorBudgetBurn",
+                expr=(
+                    f"({slo_record(slo, window.long)} > ({window.factor:g} * {budget:g})) and "
+                    f"({slo_record(slo, window.short)} > ({window.factor:g} * {budget:g})) and "
+                    f"{enough_traffic(config, slo.histogram + '_count', window.long)}"),
+                for_=window.for_,
+                severity=window.severity,
+                summary=f"A vLLM model burns its {slo.description} error budget too fast.",
+                description=(
+                    f"{{{{ $labels.model }}}} ({{{{ $labels.job }}}}, all replicas): "
+                    f"{{{{ $value | humanizePercentage }}}} of requests over {window.long} exceed "
+                    f"{slo.threshold_s:g} s {slo.description} (budget {budget:.2%}, burn rate > {window.factor:g})."),
+                meaning=(
+                    f"More than {window.factor:g}× the allowed share of requests ({budget:.2%}) miss the "
+                    f"{slo.description} objective ({slo.objective:.2%} ≤ {slo.threshold_s:g} s over 30 days) in both "
+                    f"the {window.long} and the {window.short} windows, counted over all replicas of the model (the "
+                    f"targets of one scrape job) and only when they served at least {config.min_requests} requests "
+                    f"in the {window.long} window."),
+                check=(
+                    "The latency dashboard's distributions and phase breakdown, then the `instance` variable to find "
+                    "the replicas that burn (one slow replica, or all of them); queueing and KV-cache pressure; a "
+                    "recent deploy or traffic change."),
+                action="Shed or shift load, add capacity, or roll back; a slow burn (warning) can wait for working "
+                       "hours.",
+                dashboard=DashboardUID.OVERVIEW,
+                panel=f"{slo.name} SLO attainment",
+                extra_labels={"long_window": window.long, "short_window": window.short},
+            ))
+    return found
