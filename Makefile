@@ -10,8 +10,8 @@ COMPAT_VLLM := 0.27.1
 # make test alone (no other environment, no chosen tests) also runs the second vLLM
 COMPAT_RUN := $(if $(PYTHON)$(VLLM_VERSION)$(PYTEST_ARGS),,yes)
 export PYTHON VLLM_VERSION
-.PHONY: setup serve test test-compat test-unit lint dashboards alerts kubernetes docs bench profile timeline soak \
-	genai-perf install-backend clean
+.PHONY: setup serve test test-compat test-unit lint generate dashboards alerts kubernetes docs bench profile timeline \
+	soak genai-perf install-backend clean
 
 setup:
 	@bash scripts/setup.sh
@@ -41,9 +41,13 @@ test-unit: setup
 lint: setup
 	@source scripts/env.sh && ruff check .
 
-# The Kubernetes base embeds the dashboards and the rules: regenerated with them.
+# Every generated file, in dependency order: the dashboards, the alert rules (their links name dashboard panels),
+# the Kubernetes base (it embeds both), the reference docs.
+generate: dashboards docs
+
+# The alerts link to dashboard panels and the Kubernetes base embeds both: regenerated with them.
 dashboards: setup
-	@source scripts/env.sh && "$$PY" -m dashboards.build && "$$PY" -m deploy.build
+	@source scripts/env.sh && "$$PY" -m dashboards.build && "$$PY" -m alerts.build && "$$PY" -m deploy.build
 
 alerts: setup
 	@source scripts/env.sh && "$$PY" -m alerts.build && "$$PY" -m deploy.build
@@ -51,9 +55,11 @@ alerts: setup
 kubernetes: setup
 	@source scripts/env.sh && "$$PY" -m deploy.build
 
-# docs/metrics.md, the metric reference, from the installed vLLM (after upgrading it).
+# docs/metrics.md, the metric reference, from the installed vLLM (after upgrading it); docs/configuration.md's
+# table of config.pbtxt keys, from the parameter tables.
 docs: setup
-	@source scripts/env.sh && "$$PY" -m vllm_triton_observable.metrics.catalogue docs/metrics.md
+	@source scripts/env.sh && "$$PY" -m vllm_triton_observable.metrics.catalogue docs/metrics.md && \
+	  "$$PY" -m vllm_triton_observable.backend.parameter_reference docs/configuration.md
 
 bench:
 	@bash scripts/setup.sh bench

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import os
 import shutil
 import threading
 import time
@@ -24,6 +23,7 @@ from typing import Any, TypeVar
 
 import psutil  # a dependency of vLLM, so present wherever the backend runs
 
+from ..common.engine_activity import EngineActivity
 from ..common.errors import ConfigError
 from ..common.vllm_compat import shutdown_grace
 from .engine_shm import mapped_segments, unlink_left_behind
@@ -34,9 +34,12 @@ from .process_progress import process_progress_s
 
 T = TypeVar("T")
 SHUTDOWN_TIMEOUT_S = 60.0
-ENGINE_SHUTDOWN_GRACE_S = 15.0  # for vLLM's orderly shutdown, before it force-kills what is left
-# vLLM's wait for its workers to exit before it signals them (its default: 5 s)
-WORKER_SHUTDOWN_GRACE_S = "10"
+# For vLLM's orderly shutdown, before it force-kills what is left: on two cores an idle engine's takes 7.5-9 s and a
+# busy machine's more than 15 s (docs/health.md, "Shutdown"); a force-kill is for an EngineCore that is stuck.
+ENGINE_SHUTDOWN_GRACE_S = 30.0
+# vLLM's wait for its workers to exit before it signals them (its default: 5 s; a worker's teardown alone takes
+# ≈ 4.5 s on two idle cores)
+WORKER_SHUTDOWN_GRACE_S = "20"  # VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS unless set (backend.plan)
 
 
 def _children(process: psutil.Process) -> list[psutil.Process]:
@@ -53,7 +56,8 @@ class EngineStartError(ConfigError):
 class EngineRunner:
     def __init__(self, engine_args: Any, stat_loggers: list[Any] | None = None,
                  start_timeout_s: float = 600.0, log_info: Callable[[str], None] | None = None,
-                 own_trace_headers: dict[str, str] | None = None, ipc: IpcDirectory | None = None) -> None:
+                 own_trace_headers: dict[str, str] | None = None, ipc: IpcDirectory | None = None,
+                 activity: EngineActivity | None = None) -> None:
         self._engine_args = engine_args
         self._stat_loggers = stat_loggers or None
         self._start_timeout_s = start_timeout_s
@@ -61,9 +65,9 @@ class EngineRunner:
         # vLLM's trace_headers for the backend's own requests (warm-up, health probe): "not sampled" when vLLM
         # traces, so that no client-less trace appears.
         self._own_trace_headers = own_trace_headers
-        # True while the engine serves a request of the backend's own (a warm-up, a recovery check), when no client
+        # Says when the engine serves a request of the backend's own (a warm-up, a recovery check), when no client
         # request runs beside it: the metrics leave it out.
-        self.serving_own_request = False
+        self.activity = activity or EngineActivity()
         # The backend's own requests (warm-up, health probe) in flight: a shutdown cancels them.
         self._own_requests: set[concurrent.futures.Future[None]] = set()
         self.loop = asyncio.new_event_loop()
@@ -167,7 +171,6 @@ class EngineRunner:
         """On the start thread: whatever fails here — vLLM's own import included (a module of it missing, as
         xgrammar's tvm_ffi once was on the GPU host) — fails the start with its cause, never leaves it waiting."""
         path = self._ipc.for_next_engine() if self._ipc is not None else None
-        os.environ.setdefault("VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS", WORKER_SHUTDOWN_GRACE_S)  # the operator's wins
         try:
             from vllm.v1.engine.async_llm import AsyncLLM
 
@@ -264,16 +267,15 @@ class EngineRunner:
                 await engine.abort(request_id)
                 raise
 
-        self.serving_own_request = True
-        future = self.submit(bounded())
-        with self._lock:
-            self._own_requests.add(future)
-        try:
-            future.result(timeout_s + 1)
-        finally:
+        with self.activity.own_request():
+            future = self.submit(bounded())
             with self._lock:
-                self._own_requests.discard(future)
-            self.serving_own_request = False
+                self._own_requests.add(future)
+            try:
+                future.result(timeout_s + 1)
+            finally:
+                with self._lock:
+                    self._own_requests.discard(future)
 
     def shutdown(self) -> None:
         """Shut every engine down — the current one and one still starting — then stop the loop."""
@@ -300,8 +302,8 @@ class EngineRunner:
         """On the loop when it runs (the output handler lives there), else here; never raises.
 
         vLLM force-kills an EngineCore that has not exited within its grace period (5 s unless told), and an
-        orderly one takes about that long on two idle cores (its worker ≈ 3 s, then itself ≈ 2 s): longer on busy
-        ones. So it is given ENGINE_SHUTDOWN_GRACE_S, where the release lets it be told."""
+        orderly one takes longer than that on two cores (its worker ≈ 4.5 s, then its own collection and exit): so it
+        is given ENGINE_SHUTDOWN_GRACE_S, where the release lets it be told."""
         grace = shutdown_grace(engine, ENGINE_SHUTDOWN_GRACE_S)
 
         async def shutdown() -> None:

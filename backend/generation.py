@@ -9,7 +9,6 @@ answer and free the request behind the backend's back.
 from __future__ import annotations
 
 import asyncio
-import time
 import traceback
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -52,6 +51,7 @@ class GenerationService:
         on_finished: Callable[[InflightRequest, Outcome], None] | None = None,
         decoupled: bool = True,
         tracer: Any = None,
+        model_name: str = "",
         trace_attributes: dict[str, Any] | None = None,
         exemplars: Callable[[tuple[int, int], Any], None] | None = None,
         response_threads: int = 1,
@@ -68,6 +68,7 @@ class GenerationService:
         self._refusal: RequestError | None = None
         # metrics.tracing.RequestTracer when tritonserver traces in OpenTelemetry mode, else None (no spans at all)
         self._tracer = tracer
+        self._model_name = model_name  # in span names
         self._trace_attributes = trace_attributes or {}
         # metrics.exemplars.ExemplarStore.request_finished with OTLP metrics and tracing on: a traced request's
         # (trace id, span id) and vLLM's own timings of it (RequestOutput.metrics)
@@ -87,7 +88,7 @@ class GenerationService:
             decoded = decode_request(view)
             inflight.options = decoded.outputs
             if inflight.span is not None:
-                describe(inflight.span, decoded, self._trace_attributes.get("triton.model_name", ""))
+                describe(inflight.span, decoded, self._model_name)
             if isinstance(decoded, EmbedRequest):
                 self._check_task("embed")
                 self._runner.submit(self._embed(decoded, inflight))
@@ -249,9 +250,7 @@ class GenerationService:
 
         Returns how many had to be aborted."""
         self.refuse_new_requests(EngineUnavailable(UNLOADING))
-        deadline = time.monotonic() + timeout_s
-        while self.responses.inflight() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        self.responses.wait_all_answered(timeout_s)
         left = self.responses.inflight()
         if left:
             self.fail_inflight(EngineUnavailable(

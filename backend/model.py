@@ -29,10 +29,11 @@ class TritonPythonModel:
         from vllm_triton_observable.common.errors import ConfigError
 
         try:
-            self._instance = ModelInstance(args, Path(pb_utils.get_model_dir()))
-        except ConfigError as exc:
-            pb_utils.Logger.log_error(f"[vllm] model load failed: {exc}")
-            raise pb_utils.TritonModelException(str(exc)) from None
+            self._instance = ModelInstance.load(args, Path(pb_utils.get_model_dir()), pb_utils)
+        except Exception as exc:  # what had started is stopped by now (ModelInstance's teardown)
+            reason = str(exc) if isinstance(exc, ConfigError) else f"{type(exc).__name__}: {exc}"
+            pb_utils.Logger.log_error(f"[vllm] model load failed: {reason}")
+            raise pb_utils.TritonModelException(reason) from None
 
     def execute(self, requests):
         # The instance answers every request through its response sender and never raises: an exception here

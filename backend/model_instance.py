@@ -1,135 +1,132 @@
-"""The composition root: one Triton model instance's rooms — backend, metrics, health — wired together.
+"""The composition root's second half: one Triton model instance's rooms — backend, metrics, health — built from
+its plan (backend.plan) and wired together.
 
-The only module that imports more than one room (tests/unit/test_architecture.py keeps it so): the health monitor
+Each part is started on one `contextlib.ExitStack`, its stop registered the moment it runs, so the teardown is the
+start read backwards — at unload, and also when a load fails half-way (nothing started is left without an owner).
+With tests/unit/test_architecture.py's leave the only modules that import more than one room: the health monitor
 gets the engine runner and the generation service through the interfaces it defines (`health.ports`), the metrics
 get plain callbacks. Imported by model.py inside `initialize()` only (it imports vLLM).
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
-import json
 import os
 import threading
 from pathlib import Path
 from typing import Any
 
-from ..common.errors import ConfigError
-from ..common.parameters import check_known_keys, config_parameters
-from ..common.server_flags import exit_timeout_s, explicit_model_control, http_url, server_argv
-from ..common.vllm_compat import vllm_version, window_note
+from ..common.engine_activity import EngineActivity
+from ..common.server_flags import server_argv
+from ..common.vllm_compat import vllm_version
 from ..common.vocabulary import Outcome
-from ..health.heartbeat import Heartbeat
 from ..health.monitor import HealthMonitor
-from ..health.settings import HealthSettings, Recovery
 from ..metrics import names
 from ..metrics.backend_families import BackendInfo
-from ..metrics.exporter import MetricsExporter, gate
+from ..metrics.exporter import MetricsExporter
 from ..metrics.health_families import HealthFamilies
-from ..metrics.tracing import VLLM_SERVICE_NAME, RequestTracer, TraceSettings
-from .device import check_device
-from .engine_args import build_engine_args, load_model_json, resolve_local_paths, validate_engine_config
+from ..metrics.tracing import RequestTracer
+from .engine_args import build_engine_args
 from .engine_runner import EngineRunner
-from .engine_watch import STUB_PID
 from .generation import GenerationService
 from .ipc_dir import IpcDirectory
-from .lora import LoraRegistry
 from .parent_watch import ParentWatch
+from .plan import InstancePlan, make_plan
 from .response_thread import InflightRequest
-from .settings import PYTHON_BACKEND_KEYS, BackendSettings
 from .trace_attributes import UNSAMPLED
 from .triton_io import PbTritonIO, TritonLogger, TritonRequestView
 from .unload_watch import UnloadWatch, http_readiness
 
-# What to leave of tritonserver's exit timeout for vLLM's shutdown (≈ 5 s here: its worker, then its EngineCore).
-ENGINE_SHUTDOWN_S = 10.0
+# What to leave of tritonserver's exit timeout for vLLM's shutdown (7.5-9 s on two idle cores, up to ≈ 15 s on busy
+# ones: docs/health.md, "Shutdown"); the rest of it is the drain's.
+ENGINE_SHUTDOWN_S = 20.0
 
 
 class ModelInstance:
-    def __init__(self, args: dict[str, str], model_dir: Path) -> None:
-        self.log = TritonLogger()
+    @classmethod
+    def load(cls, args: dict[str, str], model_dir: Path, pb_utils: Any) -> ModelInstance:
+        """Plan from what Triton and the server say, then build."""
+        plan = make_plan(args, model_dir, server_argv(), os.environ, vllm_version(), os.getpid())
+        return cls(plan, pb_utils, TritonLogger())
+
+    def __init__(self, plan: InstancePlan, pb_utils: Any, log: TritonLogger) -> None:
+        self.plan = plan
+        self.log = log
+        self._pb = pb_utils
         self._closing = threading.Lock()
         self._closed = False
-        model_config = json.loads(args["model_config"])
-        decoupled = bool(model_config.get("model_transaction_policy", {}).get("decoupled", False))
-        params = config_parameters(model_config)
-        check_known_keys(params, BackendSettings.KEYS | HealthSettings.keys() | PYTHON_BACKEND_KEYS)
-        self.settings = BackendSettings.from_model_config(model_config)
-        self.health_settings = HealthSettings.from_model_config(model_config)
-        explicit = explicit_model_control(server_argv())
-        if self.health_settings.enabled and self.health_settings.recovery is Recovery.UNLOAD and not explicit:
-            raise ConfigError(
-                "HEALTH_RECOVERY=unload needs tritonserver --model-control-mode=explicit (unloading a model in "
-                "any other mode can crash Triton); use restart or fail, or start the server in explicit mode"
-            )
-        inside, note = window_note(vllm_version())
-        (self.log.info if inside else self.log.warn)(note)
-        engine_config = validate_engine_config(resolve_local_paths(load_model_json(model_dir), model_dir))
-        check_device(engine_config, args, self.log, params.get("GPU_DEVICE_IDS"))
-        self.lora = LoraRegistry.load(model_dir, engine_config)
-        self.metrics = self._metrics_exporter(args, engine_config)
-        self.heartbeat = Heartbeat()
+        self._drain_timeout_s = plan.settings.unload_drain_timeout_s
+        with contextlib.ExitStack() as stack:
+            self._build(stack)
+            self._teardown = stack.pop_all()
 
-        def own_request() -> bool:  # read by vLLM's logger once the runner exists
-            return self.runner.serving_own_request
-
-        stat_loggers = [*(self.metrics.stat_loggers(paused=own_request) if self.metrics else []),
-                        *([self.heartbeat.logger_class()] if self.health_settings.enabled else [])]
-        self.tracer = self._tracer(args, engine_config)
+    def _build(self, stack: contextlib.ExitStack) -> None:
+        plan = self.plan
+        for level, line in plan.notes:
+            getattr(self.log, level)(line)
+        os.environ.update(plan.environment)  # the one change of process-wide state, decided by the plan
         self.ipc = IpcDirectory.create()
-        os.environ[STUB_PID] = str(os.getpid())  # the EngineCore ends with this stub (backend.engine_watch)
-        self.runner = EngineRunner(build_engine_args(engine_config), stat_loggers,
-                                   start_timeout_s=self.settings.engine_start_timeout_s, log_info=self.log.info,
-                                   own_trace_headers=UNSAMPLED if "otlp_traces_endpoint" in engine_config else None,
-                                   ipc=self.ipc)
+        stack.callback(self.ipc.remove)
+        self.tracer = self._tracer()
+        if self.tracer is not None:
+            stack.callback(self.tracer.shutdown)
+        self.activity = EngineActivity()
+        self.metrics = self._metrics_exporter()
+        if self.metrics is not None:
+            stack.callback(self.metrics.stop)  # after the engine: the requests it ends are still counted
+        watched = self.metrics is not None or plan.health.enabled
+        stat_loggers = [*(self.metrics.stat_loggers() if self.metrics else []),
+                        *([self.activity.stat_logger_class()] if watched else [])]
+        self.runner = EngineRunner(build_engine_args(dict(plan.engine_config)), stat_loggers,
+                                   start_timeout_s=plan.settings.engine_start_timeout_s, log_info=self.log.info,
+                                   own_trace_headers=UNSAMPLED if plan.vllm_traces else None, ipc=self.ipc,
+                                   activity=self.activity)
         # before the engine starts: a server killed meanwhile must not orphan it
         ParentWatch(self.log.info, ipc_root=self.ipc.root).start()
-        self.log.info(f"starting the vLLM engine for model {engine_config.get('model')!r} (then one warm-up request)")
-        try:
-            self.runner.start()
-        except BaseException:
-            self.ipc.remove()
-            raise
+        self.log.info(f"starting the vLLM engine for model {plan.engine_config.get('model')!r} (then one warm-up "
+                      "request)")
+        self.runner.start()  # on failure it has stopped what it started
+        stack.callback(self.runner.shutdown)
         # As vLLM's own API server does: move the millions of startup objects out of the collector's way, so
         # that a full collection does not pause the engine loop for a second under load.
         gc.collect()
         gc.freeze()
-        self.service = GenerationService(self.runner, PbTritonIO(), self.lora, self.log, self._finished,
-                                         decoupled=decoupled, tracer=self.tracer,
+        self.service = GenerationService(self.runner, PbTritonIO(), plan.lora, self.log, self._finished,
+                                         decoupled=plan.decoupled, tracer=self.tracer,
                                          exemplars=self._exemplar_sink(),
-                                         response_threads=self.settings.response_threads,
-                                         trace_attributes={names.TRACE_MODEL_ATTRIBUTE: args["model_name"],
-                                                           "triton.model_version": args["model_version"],
-                                                           "gen_ai.request.model": args["model_name"]})
-        self.monitor = self._health_monitor(args["model_name"], explicit) if self.health_settings.enabled else None
-        self.unload_watch = self._unload_watch(args)
+                                         response_threads=plan.settings.response_threads,
+                                         model_name=plan.labels.model_name,
+                                         trace_attributes=plan.labels.span_attributes())
+        stack.callback(self.service.close)
+        stack.callback(lambda: self.service.drain(self._drain_timeout_s))
         if self.metrics is not None:
             self.metrics.start(self._info(), self.service.inflight_count)
+        self.monitor = self._health_monitor() if plan.health.enabled else None
         if self.monitor is not None:
             self.monitor.start()
+            stack.callback(self.monitor.stop)
+        self.unload_watch = self._unload_watch()
         if self.unload_watch is not None:
             self.unload_watch.start()
-        mode = "decoupled: streams" if decoupled else "not decoupled: one response per request, for infer()"
-        self.log.info(f"model {args['model_name']} (instance {args.get('model_instance_name', '?')}) is ready "
-                      f"({mode})")
+            stack.callback(self.unload_watch.stop)
+        mode = "decoupled: streams" if plan.decoupled else "not decoupled: one response per request, for infer()"
+        self.log.info(f"model {plan.labels.model_name} (instance {plan.labels.instance_name}) is ready ({mode})")
 
-    def _metrics_exporter(self, args: dict[str, str], engine_config: dict[str, Any]) -> MetricsExporter | None:
+    def _metrics_exporter(self) -> MetricsExporter | None:
         """One clear line saying whether metrics are on and, if not, which switch is off."""
-        import triton_python_backend_utils as pb_utils
-
-        if self.settings.otlp_metrics and not self.settings.report_custom_metrics:
-            raise ConfigError('config.pbtxt parameter OTLP_METRICS: "true" needs REPORT_CUSTOM_METRICS "true" (the '
-                              "OTLP metrics are the same registry Triton's endpoint shows)")
-        reason = gate(self.settings.report_custom_metrics, engine_config)
-        if reason is None and not MetricsExporter.server_allows_metrics(pb_utils):
-            reason = "tritonserver runs with --allow-metrics=false"
+        plan = self.plan
+        reason = plan.metrics_off
+        if reason is None and not MetricsExporter.triton_supports_metrics(self._pb):
+            reason = "this Triton build has no metrics support"
         if reason is not None:
-            self.log.info(f"metrics: off for {args['model_name']} ({reason})")
+            self.log.info(f"metrics: off for {plan.labels.model_name} ({reason})")
             return None
-        self.log.info(f"metrics: on for {args['model_name']} (REPORT_CUSTOM_METRICS is true): vLLM's families "
+        self.log.info(f"metrics: on for {plan.labels.model_name} (REPORT_CUSTOM_METRICS is true): vLLM's families "
                       "and vllm_triton_* on Triton's metrics endpoint")
-        return MetricsExporter(pb_utils, args, self.log.error, self.settings.per_token_histograms,
-                               otlp=self.settings.otlp_metrics)
+        return MetricsExporter(self._pb, plan.labels.metric_labels(), self.log.error, self.activity,
+                               plan.settings.per_token_histograms, otlp=plan.settings.otlp_metrics,
+                               service_name=plan.service_name)
 
     def _exemplar_sink(self) -> Any:
         """Where traced requests' timings go when OTLP metrics carry exemplars (OTLP_METRICS and tracing on)."""
@@ -137,48 +134,37 @@ class ModelInstance:
             return None
         return self.metrics.exemplars.request_finished
 
-    def _tracer(self, args: dict[str, str], engine_config: dict[str, Any]) -> RequestTracer | None:
-        """Spans when tritonserver traces in OpenTelemetry mode; vLLM's own span joins them unless model.json
-        already sends vLLM's traces somewhere (`otlp_traces_endpoint`)."""
-        settings = TraceSettings.from_server(server_argv())
-        if settings is None:
+    def _tracer(self) -> RequestTracer | None:
+        """Spans when tritonserver traces in OpenTelemetry mode (vLLM's own join them: the plan saw to that)."""
+        trace = self.plan.server.trace
+        if trace is None:
             return None
-        self.log.info(f"tracing: on (tritonserver traces in OpenTelemetry mode); spans go to {settings.endpoint}")
-        tracer = RequestTracer(settings, {names.TRACE_MODEL_ATTRIBUTE: args["model_name"]},
-                               on_dropped=lambda n: self.metrics.spans_dropped(n) if self.metrics else None,
-                               log_warn=self.log.warn)
-        if "otlp_traces_endpoint" not in engine_config:
-            engine_config["otlp_traces_endpoint"] = settings.endpoint
-            os.environ.setdefault("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf")  # vLLM's default is gRPC
-            # After the backend's tracer took its own name: vLLM's spans would otherwise be "unknown_service".
-            os.environ.setdefault("OTEL_SERVICE_NAME", VLLM_SERVICE_NAME)
-        return tracer
+        return RequestTracer(trace, {names.TRACE_MODEL_ATTRIBUTE: self.plan.labels.model_name},
+                             on_dropped=lambda n: self.metrics.spans_dropped(n) if self.metrics else None,
+                             log_warn=self.log.warn, service_name=self.plan.service_name)
 
-    def _health_monitor(self, model_name: str, explicit: bool) -> HealthMonitor:
-        import triton_python_backend_utils as pb_utils
-
+    def _health_monitor(self) -> HealthMonitor:
+        name = self.plan.labels.model_name
         families = HealthFamilies(self.metrics.registry) if self.metrics else None
-        unload = (lambda: pb_utils.unload_model(model_name)) if explicit else None
-        return HealthMonitor(self.health_settings, model_name, engine=self.runner, requests=self.service,
-                             heartbeat=self.heartbeat, log=self.log, report=families, unload=unload,
-                             incidents=self.tracer.incidents(model_name) if self.tracer else None)
+        unload = (lambda: self._pb.unload_model(name)) if self.plan.server.explicit_model_control else None
+        return HealthMonitor(self.plan.health, name, engine=self.runner, requests=self.service,
+                             activity=self.activity, log=self.log, report=families, unload=unload,
+                             incidents=self.tracer.incidents(name) if self.tracer else None)
 
-    def _unload_watch(self, args: dict[str, str]) -> UnloadWatch | None:
-        argv = server_argv()
-        base = http_url(argv)
-        if base is None:
+    def _unload_watch(self) -> UnloadWatch | None:
+        server, labels = self.plan.server, self.plan.labels
+        if server.http_url is None:
             self.log.warn("tritonserver runs without HTTP: an unload waits for every running request, however long "
                           "(UNLOAD_DRAIN_TIMEOUT_S needs the HTTP endpoint to notice the unload)")
             return None
-        return UnloadWatch(args["model_name"], http_readiness(base, args["model_name"], args["model_version"]),
-                           self.service.drain, self.close, self.settings.unload_drain_timeout_s,
-                           max(0.0, exit_timeout_s(argv) - ENGINE_SHUTDOWN_S), self.log)
+        return UnloadWatch(labels.model_name, http_readiness(server.http_url, labels.model_name, labels.model_version),
+                           self.service.drain, self.close, self.plan.settings.unload_drain_timeout_s,
+                           max(0.0, server.exit_timeout_s - ENGINE_SHUTDOWN_S), self.log)
 
     def _info(self) -> BackendInfo:
         from .. import __version__
 
-        return BackendInfo(vllm_version(), __version__, self.metrics is not None,
-                           self.health_settings.enabled)
+        return BackendInfo(vllm_version(), __version__, self.metrics is not None, self.plan.health.enabled)
 
     def _finished(self, _request: InflightRequest, outcome: Outcome) -> None:
         if self.metrics is not None:
@@ -193,7 +179,8 @@ class ModelInstance:
                 self.log.error(f"a request could not be accepted: {type(exc).__name__}: {exc}")
 
     def close(self, drain_timeout_s: float | None = None) -> None:
-        """Unload: stop watching, let in-flight requests finish (bounded), then stop the engine and metrics.
+        """Unload: the start read backwards — stop watching, let in-flight requests finish (bounded), stop the
+        engine, the metrics, the tracer.
 
         Called by `finalize()` and, when the server exits, by the unload watch; whoever comes second waits for
         the first to finish and returns."""
@@ -203,13 +190,7 @@ class ModelInstance:
             if self._closed:
                 return
             self._closed = True
-            if self.monitor is not None:
-                self.monitor.stop()
-            self.service.drain(self.settings.unload_drain_timeout_s if drain_timeout_s is None else drain_timeout_s)
-            self.service.close()
-            if self.metrics is not None:
-                self.metrics.stop()
-            if self.tracer is not None:
-                self.tracer.shutdown()
-            self.ipc.remove()
+            if drain_timeout_s is not None:
+                self._drain_timeout_s = drain_timeout_s
+            self._teardown.close()
             self.log.info("unloaded: the engine and its processes are shut down")

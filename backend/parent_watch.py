@@ -39,7 +39,8 @@ from .engine_shm import mapped_segments, unlink_left_behind
 
 ENGINE_PROCESS_PREFIX = "VLLM::"  # vLLM's process titles: VLLM::EngineCore, VLLM::Worker
 STUB_EXIT_GRACE_S = 5.0  # the stub checks its parent every 0.3 s and exits: five seconds means it is stuck
-ENGINE_EXIT_GRACE_S = 20.0  # vLLM's own shutdown grace (backend.vllm_compat.shutdown_grace, 15 s) and a margin
+# an engine whose stub is gone exits on SIGTERM as at an unload: 7.5-9 s on two idle cores, ≈ 15 s on busy ones
+ENGINE_EXIT_GRACE_S = 20.0
 KILLED_EXIT_S = 5.0  # a SIGKILLed process is gone in well under this
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..common.errors import InternalError, RequestCancelled, RequestError
+from ..common.owned_thread import JOIN_TIMEOUT_S, OwnedThread
 from ..common.vocabulary import Outcome
 from .request_decoding import OutputOptions
 from .response_encoding import ResponseChunk
@@ -75,7 +76,9 @@ class ResponseThread:
         self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
         self._inflight: dict[str, InflightRequest] = {}
         self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._all_answered = threading.Condition(self._lock)  # notified when the last in-flight request ends
+        # ends at the None it is sent, once everything queued before it is delivered
+        self._thread = OwnedThread(self._run, name, wake=self.close)
         self._thread.start()
 
     # -- called from any thread ------------------------------------------------------------------
@@ -93,16 +96,17 @@ class ResponseThread:
         with self._lock:
             return list(self._inflight.values())
 
-    def stop(self, timeout: float = 10.0) -> None:
-        self.close()
-        self._thread.join(timeout)
+    def wait_all_answered(self, timeout_s: float) -> bool:
+        """Whether every registered request got its final response within `timeout_s` (the unload's drain)."""
+        with self._all_answered:
+            return self._all_answered.wait_for(lambda: not self._inflight, max(0.0, timeout_s))
+
+    def stop(self, timeout: float | None = None) -> None:
+        self._thread.stop(timeout)
 
     def close(self) -> None:
         """Let the thread end once it has sent what is queued (stop() also waits for it)."""
         self._queue.put(None)
-
-    def join(self, timeout: float) -> None:
-        self._thread.join(timeout)
 
     # -- the thread ------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -178,6 +182,8 @@ class ResponseThread:
             request.error = error
             with self._lock:
                 self._inflight.pop(request.request_id, None)
+                if not self._inflight:
+                    self._all_answered.notify_all()
             try:
                 self._on_finished(request, Outcome.COMPLETED if error is None else error.outcome)
             except Exception as exc:
@@ -227,9 +233,14 @@ class ResponseLanes:
     def inflight(self) -> list[InflightRequest]:
         return [request for lane in self._lanes for request in lane.inflight()]
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def wait_all_answered(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        return all(lane.wait_all_answered(deadline - time.monotonic()) for lane in self._lanes)
+
+    def stop(self, timeout: float = JOIN_TIMEOUT_S) -> None:
+        """Every lane told first, then each waited for: one bound for all of them."""
         for lane in self._lanes:
             lane.close()
         deadline = time.monotonic() + timeout
         for lane in self._lanes:
-            lane.join(max(0.0, deadline - time.monotonic()))
+            lane.stop(max(0.0, deadline - time.monotonic()))

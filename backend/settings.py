@@ -1,67 +1,79 @@
-"""The backend's switches, read from config.pbtxt `parameters` (keys compatible with the official backend)."""
+"""The backend's config.pbtxt keys (compatible with the official backend), each declared once with its meaning.
+
+The health monitor's keys live in health.settings; docs/configuration.md's table is generated from both.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, model_validator
 
 from ..common.errors import ConfigError
-from ..common.parameters import config_parameters, parse_bool, parse_choice, parse_positive
+from ..common.parameters import ParameterTable, Switch, choice, seconds
 
 # Keys Triton's Python backend itself reads from the same `parameters` block.
 PYTHON_BACKEND_KEYS = frozenset({"EXECUTION_ENV_PATH", "FORCE_CPU_ONLY_INPUT_TENSORS"})
+MAX_RESPONSE_THREADS = 32
 
 
-@dataclass(frozen=True)
-class BackendSettings:
-    """Everything config.pbtxt can switch. Health-monitor settings live in `health.settings`."""
+def _gpu_ids(value: Any) -> Any:
+    """"0,1" as (0, 1): comma-separated, non-negative, distinct GPU indices."""
+    if not isinstance(value, str):
+        return value
+    if not value.strip():
+        return None
+    try:
+        ids = tuple(int(part) for part in value.split(","))
+    except ValueError:
+        raise ConfigError(f"config.pbtxt parameter GPU_DEVICE_IDS: {value!r}; expected comma-separated GPU "
+                          "indices such as \"0,1\"") from None
+    if any(i < 0 for i in ids) or len(set(ids)) != len(ids):
+        raise ConfigError(f"config.pbtxt parameter GPU_DEVICE_IDS: {value!r}; GPU indices must be non-negative "
+                          "and distinct")
+    return ids
 
-    report_custom_metrics: bool = False
-    unload_drain_timeout_s: float = 30.0  # UNLOAD_DRAIN_TIMEOUT_S: in-flight requests may finish this long
-    # ENGINE_START_TIMEOUT_S: the bound on an engine's start, its warm-up included (at load and at every restart):
-    # an engine that has not served its warm-up request by then fails the load (or the restart) with that cause.
-    engine_start_timeout_s: float = 600.0
-    # PER_TOKEN_HISTOGRAMS: how the histograms observed once per token (metrics.names.PER_TOKEN_HISTOGRAMS) reach
-    # Triton: "series" as their _bucket/_sum/_count counter series (a cost independent of traffic), "histogram" as
-    # Triton histogram families like every other (one IPC round trip per token; docs/benchmarks.md).
-    per_token_histograms: str = "series"
-    # OTLP_METRICS: the registry also sent over OTLP/HTTP with exemplars (metrics.otlp_metrics); needs
-    # REPORT_CUSTOM_METRICS.
-    otlp_metrics: bool = False
-    # RESPONSE_THREADS: threads sending responses to Triton, each request on one (backend.response_thread): one
-    # round trip at a time per thread, so more let the first tokens of simultaneous streams go out side by side.
-    response_threads: int = 1
 
-    # GPU_DEVICE_IDS is the official backend's (read by backend.device); the health keys live in health.settings.
-    KEYS = frozenset({"REPORT_CUSTOM_METRICS", "UNLOAD_DRAIN_TIMEOUT_S", "ENGINE_START_TIMEOUT_S", "GPU_DEVICE_IDS",
-                      "PER_TOKEN_HISTOGRAMS", "OTLP_METRICS", "RESPONSE_THREADS"})
-    MAX_RESPONSE_THREADS = 32
-    PER_TOKEN_HISTOGRAM_CHOICES = ("series", "histogram")
+class BackendSettings(ParameterTable):
+    """Everything config.pbtxt switches in the backend and its metrics."""
 
-    @classmethod
-    def from_model_config(cls, model_config: dict[str, Any]) -> BackendSettings:
-        params = config_parameters(model_config)
-        drain = params.get("UNLOAD_DRAIN_TIMEOUT_S")
-        start = params.get("ENGINE_START_TIMEOUT_S")
-        return cls(
-            report_custom_metrics=parse_bool(
-                "REPORT_CUSTOM_METRICS", params.get("REPORT_CUSTOM_METRICS", "false")
-            ),
-            unload_drain_timeout_s=30.0 if drain is None else parse_positive("UNLOAD_DRAIN_TIMEOUT_S", drain,
-                                                                                 allow_zero=True),
-            engine_start_timeout_s=600.0 if start is None else parse_positive("ENGINE_START_TIMEOUT_S", start),
-            per_token_histograms=parse_choice("PER_TOKEN_HISTOGRAMS", params.get("PER_TOKEN_HISTOGRAMS", "series"),
-                                              cls.PER_TOKEN_HISTOGRAM_CHOICES),
-            otlp_metrics=parse_bool("OTLP_METRICS", params.get("OTLP_METRICS", "false")),
-            response_threads=cls._response_threads(params.get("RESPONSE_THREADS")),
-        )
+    report_custom_metrics: Switch = Field(False, alias="REPORT_CUSTOM_METRICS", description=(
+        "`true` publishes vLLM's and the backend's metrics (also needs `disable_log_stats` not true in model.json). "
+        "One log line at load says whether metrics are on and, if not, which switch is off — including a server "
+        "started with `--allow-metrics=false`, which still loads the model."))
+    engine_start_timeout_s: float = seconds(600.0, "ENGINE_START_TIMEOUT_S", (
+        "the bound on starting an engine, its warm-up request included (at load and at each restart): an engine "
+        "not serving by then fails the load (or the restart) with \"the vLLM engine did not start within N s "
+        "(ENGINE_START_TIMEOUT_S)\", and the engine still starting is shut down. A large model's first start "
+        "(weights, CUDA graphs, compilation) may need more."))
+    unload_drain_timeout_s: float = seconds(30.0, "UNLOAD_DRAIN_TIMEOUT_S", (
+        "on unload (or server shutdown), running requests may finish for this long; new ones are refused with "
+        "\"the model is being unloaded\"; what is still running then ends with an `UNAVAILABLE` error saying so. "
+        "`0` aborts at once. At shutdown the bound is also cut to tritonserver's `--exit-timeout-secs` minus "
+        "20 s, so that the engine shuts down before the server gives up on it."), zero_allowed=True)
+    per_token_histograms: choice(Literal["series", "histogram"]) = Field(
+        "series", alias="PER_TOKEN_HISTOGRAMS", description=(
+            "how the two per-token histograms reach `:8002`: `series` as their `_bucket`/`_sum`/`_count` counter "
+            "series (a cost independent of traffic), `histogram` as Triton histogram families like every other "
+            "histogram (one IPC round trip per generated token; docs/benchmarks.md has both costs)"))
+    response_threads: int = Field(1, alias="RESPONSE_THREADS", gt=0, le=MAX_RESPONSE_THREADS,
+                                  json_schema_extra={"bound_reason": "each is a thread of the stub"}, description=(
+        "threads that send responses to Triton, each request on one of them, its responses in order: each send "
+        "waits for the server's answer, so with one thread the first tokens of many simultaneous streams leave "
+        "one after another. On the H200 four served 1.13–1.16 × the tokens/s of one at 64 streams, within the "
+        "noise (docs/benchmarks.md, \"Where the first token's time goes\")"))
+    otlp_metrics: Switch = Field(False, alias="OTLP_METRICS", description=(
+        "`true`: the instance's metrics also go out over OTLP/HTTP, with exemplars when tracing is on (needs "
+        "`REPORT_CUSTOM_METRICS`; see "
+        "[OTLP metrics with exemplars](observability.md#otlp-metrics-with-exemplars-opt-in))"))
+    gpu_device_ids: Annotated[tuple[int, ...] | None, BeforeValidator(_gpu_ids)] = Field(
+        None, alias="GPU_DEVICE_IDS", json_schema_extra={"type_text": "GPU indices"}, description=(
+            "as in the official backend: pins a `KIND_MODEL` instance to these GPUs (`\"0,1\"`, one per tensor × "
+            "pipeline rank) through `CUDA_VISIBLE_DEVICES`"))
 
-    @classmethod
-    def _response_threads(cls, value: str | None) -> int:
-        if value is None:
-            return cls.response_threads
-        threads = parse_positive("RESPONSE_THREADS", value, kind=int)
-        if threads > cls.MAX_RESPONSE_THREADS:
-            raise ConfigError(f"config.pbtxt parameter RESPONSE_THREADS must be at most "
-                              f"{cls.MAX_RESPONSE_THREADS} (got {threads}): each is a thread of the stub")
-        return threads
+    @model_validator(mode="after")
+    def _otlp_needs_the_registry(self) -> BackendSettings:
+        if self.otlp_metrics and not self.report_custom_metrics:
+            raise ConfigError('config.pbtxt parameter OTLP_METRICS: "true" needs REPORT_CUSTOM_METRICS "true" (the '
+                              "OTLP metrics are the same registry Triton's endpoint shows)")
+        return self

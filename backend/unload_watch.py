@@ -18,13 +18,14 @@ Readiness is asked over the server's own HTTP endpoint: `pb_utils.is_model_ready
 
 from __future__ import annotations
 
-import threading
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from enum import Enum
 from typing import Any
+
+from ..common.owned_thread import OwnedThread
 
 
 class Readiness(Enum):
@@ -69,16 +70,15 @@ class UnloadWatch:
         self._exit_budget_s = exit_budget_s
         self._log = log
         self._interval_s = interval_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="vllm-unload-watch", daemon=True)
+        # longer than the others: the thread may be draining running requests, for up to UNLOAD_DRAIN_TIMEOUT_S
+        self._thread = OwnedThread(self._run, "vllm-unload-watch", join_timeout_s=timeout_s + 5)
+        self._stop = self._thread.stopping
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive() and threading.current_thread() is not self._thread:
-            self._thread.join(self._timeout_s + 5)
+        self._thread.stop()
 
     def _ready(self) -> Readiness:
         try:

@@ -1,7 +1,7 @@
 """The background health monitor: death, stall watchdog, active probe, and the recovery policy.
 
 It runs in its own thread, never on the request path. Each tick (0.25 s) reads vLLM's dead-engine state, the
-in-flight count and the engine heartbeat; every HEALTH_CHECK_INTERVAL_S it asks vLLM's own `check_health()` and
+in-flight count and the engine's last step; every HEALTH_CHECK_INTERVAL_S it asks vLLM's own `check_health()` and
 sends a cheap round trip to the EngineCore (`is_sleeping`) without waiting for them, so a hung engine is noticed
 by the probe's timeout while death and stalls are still checked every tick.
 """
@@ -14,10 +14,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..common.engine_activity import EngineActivity
 from ..common.errors import EngineUnavailable
+from ..common.owned_thread import OwnedThread
 from ..common.vocabulary import HealthState
 from .evaluator import HealthEvaluator, Observation, Transition
-from .heartbeat import Heartbeat
 from .ports import Engine, Incidents, Report, Requests
 from .settings import HealthSettings, Recovery
 
@@ -52,24 +53,31 @@ class HealthMonitor:
         model_name: str,
         engine: Engine,
         requests: Requests,
-        heartbeat: Heartbeat,
+        activity: EngineActivity,
         log: Any,
         report: Report | None = None,
         unload: Callable[[], None] | None = None,
         incidents: Incidents | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        pause: Callable[[float], bool] | None = None,
     ) -> None:
+        """`clock`: the monotonic time every decision reads (the activity's own clock must be the same);
+        `pause(seconds)`: the restart backoff's wait, True when the monitor was stopped meanwhile (default: on
+        the stop event). Tests pass a fake pair and tick by hand."""
         self.settings = settings
         self.evaluator = HealthEvaluator(settings)
         self._model = model_name
         self._engine = engine
         self._requests = requests
-        self._heartbeat = heartbeat
+        self._activity = activity
+        self._clock = clock
         self._log = log
         self._report = report
         self._unload = unload
         self._incidents: Incidents = incidents or _Untraced()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="vllm-health", daemon=True)
+        self._thread = OwnedThread(self._run, "vllm-health")  # a probe never blocks it: futures, not waits
+        self._stop = self._thread.stopping
+        self._pause = pause or self._stop.wait
         # the probe in flight: when it started, its answer, and the engine's progress() then
         self._probe: tuple[float, concurrent.futures.Future[Any], float] | None = None
         self._next_probe = 0.0
@@ -84,9 +92,7 @@ class HealthMonitor:
         self._thread.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive() and threading.current_thread() is not self._thread:
-            self._thread.join(10)
+        self._thread.stop()
         self._incidents.stopped()
 
     # -- one tick ---------------------------------------------------------------------------------
@@ -98,14 +104,14 @@ class HealthMonitor:
                 self._log.error(f"health monitor error: {type(exc).__name__}: {exc}")
 
     def tick(self) -> None:
-        now = time.monotonic()
+        now = self._clock()
         inflight = self._requests.inflight_count()
         if inflight and not self._was_busy:
             self._busy_since = now
         self._was_busy = inflight > 0
         latency, error, timed_out, waiting = self._probe_result(now, inflight)
         observation = Observation(now=now, dead=self._engine.dead_reason(), inflight=inflight,
-                                  last_step=self._heartbeat.last_step, busy_since=self._busy_since,
+                                  last_step=self._activity.last_step, busy_since=self._busy_since,
                                   probe_latency=latency, probe_error=error, probe_timed_out=timed_out,
                                   probe_waiting_s=waiting)
         if latency is not None and self._report is not None:
@@ -177,9 +183,9 @@ class HealthMonitor:
 
     def _try_to_recover(self) -> None:
         """Under `fail` (or after a failed restart), a hung engine that serves a real request is healthy again."""
-        if self.evaluator.dead or time.monotonic() < self._next_probe:
+        if self.evaluator.dead or self._clock() < self._next_probe:
             return
-        self._next_probe = time.monotonic() + self.settings.check_interval_s
+        self._next_probe = self._clock() + self.settings.check_interval_s
         try:
             self._engine.generate_one_token(self.settings.probe_timeout_s)
         except Exception:
@@ -198,7 +204,7 @@ class HealthMonitor:
             wait = self.settings.restart_backoff_s * 2 ** (attempt - 1)
             self._log.warn(f"restarting the engine in {wait:g} s (attempt {attempt} of "
                            f"{self.settings.restart_max_attempts})")
-            if self._stop.wait(wait):
+            if self._pause(wait) or self._stop.is_set():
                 return
             self._incidents.restart_started(attempt, self.settings.restart_max_attempts, wait)
             try:
@@ -209,7 +215,7 @@ class HealthMonitor:
                 continue
             self._incidents.restart_ended(None)
             self._probe = None
-            self._heartbeat.last_step = None
+            self._activity.new_engine()
             if self._report is not None:
                 self._report.restarted()
             self._recovered(f"engine restarted in place (attempt {attempt})")

@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..common.engine_activity import EngineActivity
 from ..common.vocabulary import Outcome
 from . import names
 from .publisher import PublishCost
@@ -25,10 +26,11 @@ class BackendInfo:
 class BackendFamilies:
     """Info, request outcomes and the exporter's own liveness; gauges are refreshed before each publish."""
 
-    def __init__(self, registry: InstanceRegistry, info: BackendInfo, inflight_count: Callable[[], int]) -> None:
+    def __init__(self, registry: InstanceRegistry, info: BackendInfo, inflight_count: Callable[[], int],
+                 activity: EngineActivity) -> None:
         classes = registry.classes()
         gauge, counter = classes[Kind.GAUGE], classes[Kind.COUNTER]
-        self._registry = registry
+        self._activity = activity
         self._inflight_count = inflight_count
         gauge(names.INFO, INFO_HELP,
               labelnames=["vllm_version", "backend_version", "metrics_enabled", "health_check_enabled"]).labels(
@@ -84,5 +86,6 @@ class BackendFamilies:
     def refresh(self) -> None:
         """Called by the publisher before it snapshots the registry."""
         self.inflight.set(self._inflight_count())
-        if self._registry.last_record is not None:  # monotonic in the registry: a clock step cannot fake an age
-            self.last_record.set(time.time() - (time.monotonic() - self._registry.last_record))
+        last_step = self._activity.last_step
+        if last_step is not None:  # monotonic: a step of the wall clock cannot fake an age
+            self.last_record.set(time.time() - (time.monotonic() - last_step))

@@ -14,7 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..common.engine_activity import EngineActivity
+from ..common.generated_files import write_or_check
 from ..common.vllm_compat import family_since, vllm_version
+from . import names
 from .backend_families import BackendFamilies, BackendInfo
 from .errors import MetricErrors
 from .health_families import HealthFamilies
@@ -23,7 +26,7 @@ from .stat_logger import stat_logger_class
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY_MODEL = ROOT / "samples" / "model_repository" / "vllm_model" / "1" / "tiny-llama"
-EXAMPLE_LABELS = {"model": "vllm_model", "version": "1", "model_instance": "vllm_model_0_0"}
+EXAMPLE_LABELS = {names.MODEL: "vllm_model", names.VERSION: "1", names.MODEL_INSTANCE: "vllm_model_0_0"}
 BASE_ENGINE: dict[str, Any] = {"model": str(TINY_MODEL), "dtype": "float32", "enforce_eager": True,
                                "max_model_len": 1024}
 # Engine options that add families, and what to call them in the reference.
@@ -53,7 +56,7 @@ def vllm_families(engine: dict[str, Any], labels: dict[str, str] = EXAMPLE_LABEL
 def backend_families(labels: dict[str, str] = EXAMPLE_LABELS) -> list[FamilySpec]:
     registry = InstanceRegistry(labels)
     MetricErrors(registry, print)
-    BackendFamilies(registry, BackendInfo("x", "x", True, False), lambda: 0)
+    BackendFamilies(registry, BackendInfo("x", "x", True, False), lambda: 0, EngineActivity())
     return list(registry.specs.values())
 
 
@@ -125,16 +128,7 @@ def render(entries: list[Entry]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    target = Path(argv[0])
-    text = render(catalogue())
-    if "--check" in argv:
-        if not target.exists() or target.read_text() != text:
-            print(f"{target} is out of date: run `make docs`", file=sys.stderr)
-            return 1
-        return 0
-    target.write_text(text)
-    print(f"wrote {target}")
-    return 0
+    return write_or_check({Path(argv[0]): render(catalogue())}, "--check" in argv, "make docs")
 
 
 if __name__ == "__main__":

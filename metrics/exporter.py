@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 
-from ..common.server_flags import metrics_allowed, server_argv
+from ..common.engine_activity import EngineActivity
 from ..common.vocabulary import Outcome
 from . import names
 from .backend_families import INFO_HELP, BackendFamilies, BackendInfo
@@ -30,38 +29,31 @@ def gate(report_custom_metrics: bool, engine_config: dict[str, Any]) -> str | No
     return None
 
 
-def triton_labels(args: dict[str, str]) -> dict[str, str]:
-    """Labels on every series: Triton's model and version, and the instance (two instances never collide)."""
-    return {"model": args["model_name"], "version": args["model_version"],
-            "model_instance": args.get("model_instance_name", args["model_name"])}
-
-
 class MetricsExporter:
-    def __init__(self, pb_utils: Any, args: dict[str, str], log_error: Callable[[str], None],
-                 per_token_histograms: str = "series", otlp: bool = False) -> None:
-        self.registry = InstanceRegistry(triton_labels(args))
+    def __init__(self, pb_utils: Any, labels: dict[str, str], log_error: Callable[[str], None],
+                 activity: EngineActivity, per_token_histograms: str = "series", otlp: bool = False,
+                 service_name: str = names.TRACE_SERVICE) -> None:
+        """`labels`: Triton's model, version and model_instance, on every series; `activity`: the engine's (its
+        last step, its own requests, which vLLM's families leave out); `service_name`: the OTLP metrics'
+        resource, the backend's own spans' service."""
+        self.registry = InstanceRegistry(labels)
+        self._activity = activity
         self._as_series = names.PER_TOKEN_HISTOGRAMS if per_token_histograms == "series" else ()
         self._exposition = exposition_path(self.registry.constant_labels[names.MODEL_INSTANCE])
         # OTLP_METRICS: exemplars recorded by the generation service for traced requests, sent with the registry
         self.exemplars = ExemplarStore(self.registry.buckets) if otlp else None
         self._otlp: OtlpMetricsExporter | None = None
-        # read now: enabling tracing sets OTEL_SERVICE_NAME for vLLM's own spans later in the load
-        self._service = os.environ.get("OTEL_SERVICE_NAME", names.TRACE_SERVICE)
+        self._service = service_name
         self.errors = MetricErrors(self.registry, log_error)
         self._pb = pb_utils
         self._publisher: TritonPublisher | None = None
         self.families: BackendFamilies | None = None
 
     @staticmethod
-    def server_allows_metrics(pb_utils: Any) -> bool:
-        """False when tritonserver runs with --allow-metrics=false.
-
-        Triton 2.51 still lets a stub create metric families then (they are just never exposed), so the
-        server's own command line (the stub's parent process) is read; a Triton build without metrics
-        support refuses the family instead.
-        """
-        if not metrics_allowed(server_argv()):
-            return False
+    def triton_supports_metrics(pb_utils: Any) -> bool:
+        """False for a Triton build without metrics support, which refuses a metric family. (Triton 2.51 still
+        lets a stub create families when the server runs with --allow-metrics=false, so the plan reads the
+        server's command line for that.)"""
         try:
             pb_utils.MetricFamily(name=names.INFO, description=INFO_HELP, kind=pb_utils.MetricFamily.GAUGE)
         except Exception as exc:
@@ -70,9 +62,11 @@ class MetricsExporter:
             raise
         return True
 
-    def stat_loggers(self, paused: Callable[[], bool]) -> list[type]:
-        """vLLM's logger for this instance; it records nothing while `paused()` (the backend's own requests)."""
-        return [stat_logger_class(self.registry, self.errors, paused, finished=self._changed)]
+    def stat_loggers(self) -> list[type]:
+        """vLLM's logger for this instance; it records nothing while the engine serves the backend's own request."""
+        activity = self._activity
+        return [stat_logger_class(self.registry, self.errors, lambda: activity.serving_own_request,
+                                  finished=self._changed)]
 
     def _changed(self) -> None:
         """Publish soon: requests finished (vLLM recorded their last step, or the backend counted an outcome); the
@@ -82,7 +76,7 @@ class MetricsExporter:
             publisher.changed()
 
     def start(self, info: BackendInfo, inflight_count: Callable[[], int]) -> None:
-        self.families = BackendFamilies(self.registry, info, inflight_count)
+        self.families = BackendFamilies(self.registry, info, inflight_count, self._activity)
         self._publisher = TritonPublisher(self.registry, self._pb, self.errors, PUBLISH_INTERVAL_S,
                                           before_flush=self.families.refresh, as_series=self._as_series,
                                           on_cost=self._published)

@@ -35,6 +35,7 @@ TRACE_SPANS_DROPPED = "vllm_triton_trace_spans_dropped_total"
 # -- tracing: the backend's OpenTelemetry service and the span attribute dashboards search by ---------------------
 TRACE_SERVICE = "vllm-triton-backend"  # unless OTEL_SERVICE_NAME says otherwise
 TRACE_MODEL_ATTRIBUTE = "triton.model_name"
+TRACE_MODEL_VERSION_ATTRIBUTE = "triton.model_version"
 
 # -- vLLM's families (as vLLM exposes them) -------------------------------------------------------------------------
 VLLM_REQUEST_SUCCESS = "vllm:request_success_total"

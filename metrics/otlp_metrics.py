@@ -17,12 +17,12 @@ receiver delays exports instead of queueing them; each failed export is counted 
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from itertools import pairwise
 from typing import Any
 
+from ..common.owned_thread import OwnedThread
 from .exemplars import ExemplarStore
 
 DEFAULT_INTERVAL_MS = 60000  # the OpenTelemetry SDK's default for OTEL_METRIC_EXPORT_INTERVAL
@@ -132,8 +132,9 @@ class OtlpMetricsExporter:
         self._exemplars, self._on_export, self._exporter = exemplars, on_export, exporter
         self._interval_s = interval_s(env)
         self._start_ns = time.time_ns()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="vllm-otlp-metrics", daemon=True)
+        # longer than the others: an export in progress may take the exporter's own 10-s timeout
+        self._thread = OwnedThread(self._run, "vllm-otlp-metrics", join_timeout_s=15.0)
+        self._stop = self._thread.stopping
 
     def start(self) -> None:
         self._thread.start()
@@ -156,8 +157,6 @@ class OtlpMetricsExporter:
 
     def stop(self) -> None:
         """A last export of what is pending, then the exporter's shutdown; bounded by the exporter's timeout."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(15)
+        self._thread.stop()
         self.export()
         self._exporter.shutdown()

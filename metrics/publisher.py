@@ -34,6 +34,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..common.owned_thread import OwnedThread
 from .errors import MetricErrors
 from .histogram import BucketState, ReplayableHistogram, replay
 from .registry import InstanceRegistry, Kind
@@ -77,9 +78,9 @@ class TritonPublisher:
         self._refused: set[str] = set()
         self._cost = PublishCost()
         self._lock = threading.Lock()
-        self._stop = threading.Event()
         self._changed = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="vllm-metrics", daemon=True)
+        self._thread = OwnedThread(self._run, "vllm-metrics", wake=self._changed.set)
+        self._stop = self._thread.stopping
 
     def start(self) -> None:
         self._thread.start()
@@ -215,10 +216,7 @@ class TritonPublisher:
 
     def stop(self) -> None:
         """Publish what is pending, then drop every Triton metric object (before the stub exits)."""
-        self._stop.set()
-        self._changed.set()
-        if self._thread.is_alive():
-            self._thread.join(10)
+        self._thread.stop()
         self.flush()
         with self._lock:
             self._metrics.clear()

@@ -79,7 +79,6 @@ class InstanceRegistry(CollectorRegistry):
         super().__init__()
         self.constant_labels = dict(constant_labels)
         self.specs: dict[str, FamilySpec] = {}
-        self.last_record: float | None = None  # monotonic time of vLLM's last record() call
 
     def register(self, collector: Any) -> None:
         """A name registered again replaces the old collector: an engine restarted in place creates its metrics

@@ -13,7 +13,6 @@ left out: no client sent that request.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -38,10 +37,8 @@ def _guarded(base: type, method: str, registry: InstanceRegistry, errors: Metric
     original = getattr(base, method)
 
     def call(self: Any, *args: Any, **kwargs: Any) -> None:
-        if method == "record":
-            if paused():
-                return
-            registry.last_record = time.monotonic()
+        if method == "record" and paused():
+            return
         try:
             original(self, *args, **kwargs)
             if method == "record" and _finished_requests(args, kwargs):

@@ -125,7 +125,8 @@ class RequestTracer:
     """The backend's tracer provider (its own, not the global one vLLM sets) and the spans it starts."""
 
     def __init__(self, settings: TraceSettings, resource: Mapping[str, str],
-                 on_dropped: Callable[[int], None], log_warn: Callable[[str], None]) -> None:
+                 on_dropped: Callable[[int], None], log_warn: Callable[[str], None],
+                 service_name: str = TRACE_SERVICE) -> None:
         import logging
 
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -139,7 +140,7 @@ class RequestTracer:
                      "cannot be delivered are counted in vllm_triton_trace_spans_dropped_total")
         logging.getLogger("opentelemetry.exporter").setLevel(logging.CRITICAL)  # counted instead of logged
         self.provider = TracerProvider(resource=Resource.create(
-            {"service.name": os.environ.get("OTEL_SERVICE_NAME", TRACE_SERVICE), **resource}))
+            {"service.name": service_name, **resource}))
         exporter = _CountingExporter(OTLPSpanExporter(endpoint=settings.endpoint), on_dropped)
         self.provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=QUEUE_SIZE,
                                                             schedule_delay_millis=500))

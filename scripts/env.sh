@@ -1,5 +1,5 @@
 # Shared environment for every script and make target: source it, don't run it.
-# Why each variable is set is explained in docs/platforms.md and README.md ("How it runs on CPU").
+# Why each variable is set is explained in docs/platforms.md and docs/development.md ("How it runs on a CPU-only machine").
 #
 # Which Python (and so which vLLM and Triton) every target uses, in this order:
 #   PYTHON=/path/to/python3   an environment that already has vLLM and Triton (an NGC container, the GPU host):

@@ -17,9 +17,9 @@ for path in (ROOT, ROOT / "scripts"):
 
 # The explicit-mode server's group first, on one worker; the other worker runs the modules with servers of their own
 # and then the shared default-mode server's group, so that no more than two servers' engines are up at once (each
-# engine takes ≈ 2.3 GB; see README "Tests"). The residue and official-suite modules start servers of their own
-# while the explicit server runs, before the shared server is up (a session fixture: it stays up to the end). The
-# small single-engine modules come last: whichever worker is free first takes them, which evens out the two
+# engine takes ≈ 2.3 GB; see docs/development.md "Tests"). The residue and official-suite modules start servers of
+# their own while the explicit server runs, before the shared server is up (a session fixture: it stays up to the
+# end). The small single-engine modules come last: whichever worker is free first takes them, which evens out the two
 # workers' ends (≈ 95 s apart when they came before the shared server).
 # Kept in this order by --no-loadscope-reorder.
 # The modules that touch a vLLM API or behaviour (engine arguments, metric families and exact deltas, the stat-logger

@@ -272,7 +272,7 @@ def test_monitor_off_keeps_the_official_behaviour_and_the_error_ratio_sees_it(ex
 def test_a_busy_machine_is_not_a_hung_engine_and_a_stopped_one_is(explicit_server, record_property):
     """With the monitor's defaults, an idle engine stays healthy while two other engines start on the same two
     cores (its probes may be late: its threads wait for a CPU, which a hung engine's do not); then its EngineCore,
-    stopped with SIGSTOP, is unhealthy within two probe periods (README, Health)."""
+    stopped with SIGSTOP, is unhealthy within two probe periods (docs/health.md)."""
     model = "h_default"
     # room for three more engines in memory beside the others on this machine (no later test uses h_off)
     assert repository(explicit_server, "unload", "h_off").status_code == 200

@@ -6,11 +6,25 @@ with --allow-metrics=false, which must not stop a model with REPORT_CUSTOM_METRI
 
 from __future__ import annotations
 
+import os
+import threading
+import time
+
 import psutil
 import pytest
 import requests
-from helpers import BASE_ENGINE, cmdline, generate, server_env, wait_until, write_model
-from triton_launcher import TritonServer
+from helpers import (
+    BASE_ENGINE,
+    backends_with_vllm_plugin,
+    cmdline,
+    generate,
+    ipc_directory,
+    leaked,
+    server_env,
+    wait_until,
+    write_model,
+)
+from triton_launcher import TritonServer, shm_in_use
 
 BROKEN = {
     "unknown_key": ({**BASE_ENGINE, "max_model_lenght": 512},
@@ -101,3 +115,95 @@ def test_an_engine_that_does_not_start_in_time_fails_the_load_and_leaves_no_proc
                    for p in psutil.Process(config_server.process.pid).children(recursive=True))
 
     wait_until(lambda: engine_cores() == 1, timeout=90)
+
+
+# A vLLM general plugin: the health monitor fails to start, after the engine, the metrics and the generation service
+# have. vLLM loads it in the stub as it builds the engine arguments (and in the EngineCore, where it changes nothing).
+FAILS_AFTER_THE_ENGINE = '''"""The health monitor's start raises: a load that fails half-way."""
+
+
+def register():
+    from vllm_triton_observable.health.monitor import HealthMonitor
+
+    def start(self):
+        raise RuntimeError("injected failure after the engine started")
+
+    HealthMonitor.start = start
+'''
+TEARDOWN_BOUND_S = 30.0
+
+
+class Observed(threading.Thread):
+    """The failing model's stub and what it starts, seen every 0.2 s while it loads: processes, /dev/shm entries,
+    the IPC directory."""
+
+    def __init__(self, server: TritonServer, model: str) -> None:
+        super().__init__(daemon=True)
+        self.server, self.model = server, model
+        self.processes: dict[int, psutil.Process] = {}
+        self.titles: set[str] = set()  # their command lines, read while they run
+        self.shm: set[str] = set()
+        self.ipc: set[str] = set()
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(0.2):
+            try:
+                stubs = [p for p in psutil.Process(self.server.process.pid).children()
+                         if f"/{self.model}/1/model.py" in cmdline(p)]
+                for stub in stubs:
+                    tree = [stub, *stub.children(recursive=True)]
+                    self.processes.update({p.pid: p for p in tree})
+                    self.titles |= {cmdline(p) for p in tree}
+                    self.shm |= shm_in_use(tree)
+                    found = ipc_directory(stub)
+                    self.ipc |= {str(found)} if found else set()
+            except psutil.Error:
+                continue
+
+
+def test_a_load_that_fails_after_the_engine_started_stops_what_it_started(tmp_path):
+    """The parts of a load start on one stack: a failure after the engine started (the health monitor's start,
+    here) shuts the engine down and stops the metrics before the load reports its failure, and nothing of the
+    model — process, shared memory, IPC directory — is left."""
+    backends = backends_with_vllm_plugin(tmp_path, "fails_after_the_engine", FAILS_AFTER_THE_ENGINE)
+    repo = tmp_path / "repository"
+    write_model(repo, "fails_late", params={"REPORT_CUSTOM_METRICS": "true", "ENABLE_VLLM_HEALTH_CHECK": "true"})
+    with TritonServer(repo, env={**server_env(), "BACKEND_DIR": str(backends)},
+                      extra_args=["--exit-on-error=false"]) as triton:
+        observed = Observed(triton, "fails_late")
+        observed.start()
+
+        def reason() -> str | None:
+            try:
+                entry = index(triton).get("fails_late", {})
+            except requests.RequestException:
+                return None
+            return entry.get("reason") if entry.get("state") == "UNAVAILABLE" else None
+
+        wait_until(lambda: reason() is not None, timeout=600)
+        failed = time.monotonic()
+        observed.done.set()
+        observed.join()
+        assert "RuntimeError: injected failure after the engine started" in reason()
+        log = triton.log_text()
+        engine_started = log.index("engine warm-up: one request")
+        torn_down = log.index("engine shut down in", engine_started)
+        assert torn_down < log.index("[vllm] model load failed: RuntimeError: injected failure"), log[-3000:]
+        assert any("VLLM::EngineCore" in title for title in observed.titles), observed.titles  # an engine ran
+
+        def running(process: psutil.Process) -> bool:
+            try:
+                return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+            except psutil.Error:
+                return False
+
+        def left() -> list[str]:
+            return sorted({cmdline(p)[:60] for p in observed.processes.values() if running(p)} |
+                          {path for path in observed.ipc if os.path.exists(path)})
+
+        wait_until(lambda: not left(), timeout=TEARDOWN_BOUND_S)
+        assert not leaked(observed.shm), observed.shm
+        print(f"a load failing after its engine started: nothing left {time.monotonic() - failed:.1f} s after the "
+              f"failure ({len(observed.processes)} processes, {len(observed.shm)} shm entries seen)")
+        assert triton.process.poll() is None

@@ -103,7 +103,8 @@ def test_a_failing_vllm_check_health_is_answered_and_unloaded_as_by_the_official
         for model in MODELS:
             serves_three_requests(server, model)
         # The official backend asks check_health() per request; this one asks it in the background every 0.5 s
-        # here, so the request that meets the unhealthy engine is one in flight then (README, compatibility).
+        # here, so the request that meets the unhealthy engine is one in flight then (docs/health.md, "Where this
+        # differs from the official backend").
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             stream = pool.submit(generate_stream, server, "watched", {"text_input": "In this example,", "parameters": {
                 "max_tokens": 1000, "ignore_eos": True}}, timeout=120)

@@ -25,9 +25,9 @@ from helpers import (
 )
 from triton_launcher import shm_in_use
 
-# tritonserver waits this long for its models at exit; the backend keeps 10 s of it for vLLM's shutdown, so
+# tritonserver waits this long for its models at exit; the backend keeps 20 s of it for vLLM's shutdown, so
 # running requests may finish for 2 s (UNLOAD_DRAIN_TIMEOUT_S is the sample's default, 30 s).
-EXIT_TIMEOUT_S = 12
+EXIT_TIMEOUT_S = 22
 
 
 def mapped_by(pid: int) -> set[str]:

@@ -1,5 +1,5 @@
 """A short smoke run of `make soak` against the shared server: mixed load, cancellations, bad requests and
-scrapes at once end with no unexpected error and nothing in flight (the full run's figures are in the README)."""
+scrapes at once end with no unexpected error and nothing in flight (the full run's figures: docs/benchmarks.md)."""
 
 import json
 import os

@@ -28,7 +28,7 @@ class FakeEngine:
 
     async def generate(self, prompt, params, request_id, trace_headers=None):
         self.requests.append(("generate", type(params).__name__))
-        self.own_request_seen.append(self.runner.serving_own_request if self.runner else None)
+        self.own_request_seen.append(self.runner.activity.serving_own_request if self.runner else None)
         self.last_generate = (prompt, params, request_id)
         self.trace_headers = trace_headers
         await asyncio.sleep(self.step_s)
@@ -126,7 +126,7 @@ def test_the_real_request_check_uses_what_the_model_can_do(tasks, used):
     try:
         assert runner.supported_tasks == tasks
         runner.generate_one_token(timeout_s=5)
-        assert runner.built[0].requests[-1] == used and runner.serving_own_request is False
+        assert runner.built[0].requests[-1] == used and runner.activity.serving_own_request is False
     finally:
         runner.shutdown()
 
@@ -145,7 +145,8 @@ def test_a_new_engine_serves_one_warm_up_request_with_logprobs_before_it_is_anyo
         assert seen_before_ready == [None] and runner.engine is engine
         assert prompt == {"prompt_token_ids": [0]} and request_id.startswith("warm-up-")
         assert (params.max_tokens, params.logprobs) == (1, 1)
-        assert engine.own_request_seen == [True] and runner.serving_own_request is False  # the metrics' pause is over
+        # the metrics' pause is over
+        assert engine.own_request_seen == [True] and runner.activity.serving_own_request is False
         assert engine.trace_headers == {"traceparent": "unsampled"}  # vLLM traces no request nobody sent
         assert any(line.startswith("engine warm-up: one request with logprobs served in") for line in runner.logged)
         runner.restart()  # a restarted engine warms up too

@@ -3,6 +3,7 @@
 
 import asyncio
 import threading
+import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -197,6 +198,22 @@ def test_drain_lets_requests_finish_then_aborts_the_rest():
     refused = FakeSender()
     service.submit(SimpleNamespace(get_response_sender=lambda: refused), View())
     assert "being unloaded" in final(refused)[2]
+
+
+class Slow(FakeEngine):
+    """One output, 0.3 s after the request arrives."""
+
+    async def generate(self, *args, **kwargs):
+        await asyncio.sleep(0.3)
+        yield output("a", True)
+
+
+def test_drain_returns_when_the_last_request_is_answered_not_at_its_bound():
+    service, _, sender, _ = serve(Slow())
+    started = time.monotonic()
+    assert service.drain(30) == 0
+    assert time.monotonic() - started < 5  # woken by the last final response
+    assert final(sender) == ("ok", ["hia"])
 
 
 def test_a_model_that_is_not_decoupled_answers_once_and_refuses_streaming():

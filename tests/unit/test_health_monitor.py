@@ -1,6 +1,8 @@
 """The health monitor's probe timeout, recovery policies, restart backoff and stop, through `health.ports` fakes.
 
-Real time with short settings (tens of milliseconds); the real-engine faults are in tests/integration/test_health.py.
+On a fake clock that moves only when the test ticks (the restart backoff's wait moves it too), with short settings
+(tens of milliseconds); one test runs the monitor's own thread on real time. The real-engine faults are in
+tests/integration/test_health.py.
 """
 
 from __future__ import annotations
@@ -9,9 +11,11 @@ import concurrent.futures
 import threading
 import time
 
+import pytest
+
+from vllm_triton_observable.common.engine_activity import EngineActivity
 from vllm_triton_observable.common.errors import EngineUnavailable
 from vllm_triton_observable.common.vocabulary import HealthState
-from vllm_triton_observable.health.heartbeat import Heartbeat
 from vllm_triton_observable.health.monitor import HealthMonitor
 from vllm_triton_observable.health.settings import HealthSettings, Recovery
 
@@ -19,10 +23,25 @@ FAST = dict(enabled=True, check_interval_s=0.01, probe_timeout_s=0.05, degraded_
             stall_timeout_s=30.0, restart_max_attempts=2, restart_backoff_s=0.05)
 
 
+class FakeClock:
+    """Monotonic seconds that move only when the test moves them; `pause` is the backoff's wait, never stopped."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def pause(self, seconds: float) -> bool:
+        self.now += seconds
+        return False
+
+
 class FakeEngine:
     """An engine whose probe answers instantly, never (hung), and which can be dead or fail to restart."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock=time.monotonic) -> None:
+        self.clock = clock
         self.dead: str | None = None
         self.hung = False
         self.starved = False  # its threads run or wait for a CPU (a busy machine); else a hung one stands still
@@ -45,7 +64,7 @@ class FakeEngine:
         return future
 
     def progress(self) -> float:
-        return time.monotonic() if self.starved else 0.0
+        return self.clock() if self.starved else 0.0
 
     def generate_one_token(self, timeout_s: float) -> None:
         self.generates += 1
@@ -53,7 +72,7 @@ class FakeEngine:
             raise TimeoutError
 
     def restart(self) -> None:
-        self.restarts.append(time.monotonic())
+        self.restarts.append(self.clock())
         if len(self.restarts) <= self.restart_failures:
             raise RuntimeError("no memory")
         self.dead, self.hung = None, False
@@ -113,19 +132,25 @@ class Log:
         return lambda message: self.lines.append(f"{level}: {message}")
 
 
-def monitor(recovery: Recovery, unload=None, incidents=None, **overrides):
-    engine, requests, report, log = FakeEngine(), FakeRequests(), FakeReport(), Log()
+def monitor(recovery: Recovery, unload=None, incidents=None, real_time=False, **overrides):
+    clock = None if real_time else FakeClock()
+    engine = FakeEngine(clock or time.monotonic)
+    requests, report, log = FakeRequests(), FakeReport(), Log()
     settings = HealthSettings(**{**FAST, "recovery": recovery, **overrides})
-    m = HealthMonitor(settings, "m", engine=engine, requests=requests, heartbeat=Heartbeat(), log=log,
-                      report=report, unload=unload, incidents=incidents)
+    timing = {} if clock is None else {"clock": clock, "pause": clock.pause}
+    m = HealthMonitor(settings, "m", engine=engine, requests=requests,
+                      activity=EngineActivity(clock or time.monotonic), log=log, report=report, unload=unload,
+                      incidents=incidents, **timing)
+    m.test_clock = clock
     return m, engine, requests, report, log
 
 
 def tick_for(m: HealthMonitor, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    """Ticks 5 ms apart on the fake clock, for `seconds` of its time."""
+    deadline = m.test_clock.now + seconds
+    while m.test_clock.now < deadline:
         m.tick()
-        time.sleep(0.005)
+        m.test_clock.now += 0.005
 
 
 def test_a_probe_that_never_answers_times_out_degrades_then_fails():
@@ -199,10 +224,10 @@ def test_restart_backs_off_exponentially_and_recovers():
     incidents = FakeIncidents()
     m, engine, requests, report, log = monitor(Recovery.RESTART, incidents=incidents, restart_max_attempts=3)
     engine.dead, engine.restart_failures = "EngineCore died", 1
-    started = time.monotonic()
+    started = m.test_clock.now
     m.tick()  # dead → unhealthy → restart (blocks through the backoff, as on the monitor's thread)
     first, second = engine.restarts
-    assert first - started >= 0.05 and second - first >= 0.1  # backoff, then doubled
+    assert (first - started, second - first) == pytest.approx((0.05, 0.1))  # backoff, then doubled
     assert report.restart_count == 1 and m.evaluator.state is HealthState.HEALTHY
     assert requests.refusal == [requests.refusal[0], None] and isinstance(requests.refusal[0], EngineUnavailable)
     assert any("engine restart attempt 1 failed: RuntimeError: no memory" in line for line in log.lines)
@@ -245,7 +270,7 @@ def test_unload_policy_unloads_at_once():
 
 def test_stop_interrupts_a_restart_backoff():
     incidents = FakeIncidents()
-    m, engine, _, _, _ = monitor(Recovery.RESTART, incidents=incidents, restart_backoff_s=30.0)
+    m, engine, _, _, _ = monitor(Recovery.RESTART, incidents=incidents, restart_backoff_s=30.0, real_time=True)
     engine.dead = "EngineCore died"
     m.start()
     time.sleep(0.6)  # the monitor's thread noticed the death and waits out the 30-s backoff

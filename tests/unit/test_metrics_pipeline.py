@@ -125,7 +125,7 @@ def test_exposed_names_follow_prometheus_client():
 
 
 def test_specs_describe_families_with_the_constant_labels():
-    registry, _, _, _ = setup()
+    registry, _, publisher, _ = setup()
     registry.classes()[Kind.HISTOGRAM]("vllm:x_seconds", "doc", labelnames=["engine"], buckets=[0.1, 1.0])
     spec = registry.specs["vllm:x_seconds"]
     assert spec.kind is Kind.HISTOGRAM and spec.labelnames == ("engine", "model") and spec.buckets == (0.1, 1.0)
@@ -268,7 +268,6 @@ def test_a_failing_stat_logger_is_counted_logged_once_and_never_raises():
     logger = object.__new__(logger_class)  # record() fails on a logger that was never initialised
     for _ in range(5):
         logger.record(object(), object())
-    assert registry.last_record is not None
     publisher.flush()
     assert value(names.METRICS_ERRORS, stage="record") == 5
     assert len([line for line in logged if "metrics record failed" in line]) == 1
@@ -395,11 +394,12 @@ def test_records_while_paused_are_left_out():
     stats = IterationStats()
     stats.num_generation_tokens = 5
     logger.record(None, stats)
-    assert registry.last_record is None
+    publisher.flush()
+    assert value(f"{names.VLLM_GENERATION_TOKENS}") == 0
     own_request[0] = False
     logger.record(None, stats)
     publisher.flush()
-    assert value(f"{names.VLLM_GENERATION_TOKENS}") == 5 and registry.last_record is not None and not logged
+    assert value(f"{names.VLLM_GENERATION_TOKENS}") == 5 and not logged
 
 
 def test_a_step_in_which_requests_finished_asks_for_a_publish():
@@ -430,7 +430,7 @@ def test_the_registry_as_otlp_metrics_with_exemplars():
     from vllm_triton_observable.metrics.exemplars import ExemplarStore
     from vllm_triton_observable.metrics.otlp_metrics import metrics_data
 
-    registry, _, _, _ = setup()
+    registry, _, publisher, _ = setup()
     classes = registry.classes()
     classes[Kind.COUNTER]("vllm:tokens", "doc", labelnames=["engine"]).labels("0").inc(7)
     classes[Kind.GAUGE]("vllm:running", "doc").set(3)
@@ -465,3 +465,27 @@ def test_exemplar_values_are_vllms_own_timings_of_the_request():
     stats = SimpleNamespace(first_token_latency=0.25, arrival_time=100.0)
     assert request_values(stats, now=lambda: 101.5) == {names.VLLM_TTFT: 0.25, names.VLLM_E2E_LATENCY: 1.5}
     assert request_values(None) == {}  # vLLM handed out no timings (stats off)
+
+
+def test_the_last_record_family_reads_the_engine_activity_its_logger_writes():
+    """One object says when the engine last stepped: written by its stat logger on every step (the backend's own
+    requests included), read by the last-record family (and the health monitor)."""
+    import time
+
+    from vllm_triton_observable.common.engine_activity import EngineActivity
+    from vllm_triton_observable.metrics.backend_families import BackendFamilies, BackendInfo
+
+    activity = EngineActivity()
+    registry, _, publisher, _ = setup()
+    families = BackendFamilies(registry, BackendInfo("0", "0", True, True), lambda: 0, activity)
+    families.refresh()
+    assert activity.last_step is None and exposition(registry)[(names.LAST_RECORD_TIMESTAMP, ())] == 0
+    with activity.own_request():
+        assert activity.serving_own_request
+        activity.stat_logger_class()(None).record(None, None)
+    assert not activity.serving_own_request and activity.last_step is not None
+    families.refresh()
+    stamp = exposition(registry)[(names.LAST_RECORD_TIMESTAMP, ())]
+    assert abs(stamp - time.time()) < 5
+    activity.new_engine()
+    assert activity.last_step is None

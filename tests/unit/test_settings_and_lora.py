@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from vllm_triton_observable.backend.device import check_device
+from vllm_triton_observable.backend.device import device_environment
 from vllm_triton_observable.backend.lora import LoraRegistry
 from vllm_triton_observable.backend.settings import BackendSettings
 from vllm_triton_observable.common.errors import ConfigError, InvalidRequest
@@ -15,8 +15,10 @@ def config(**params):
 
 
 def test_switches_are_off_by_default_and_accept_true():
-    assert BackendSettings.from_model_config({}) == BackendSettings(False)
-    assert BackendSettings.from_model_config(config(REPORT_CUSTOM_METRICS="True")) == BackendSettings(True)
+    assert BackendSettings.from_model_config({}) == BackendSettings(report_custom_metrics=False)
+    assert BackendSettings.from_model_config(config(REPORT_CUSTOM_METRICS="True")) == BackendSettings(
+        report_custom_metrics=True)
+    assert BackendSettings.from_model_config(config(REPORT_CUSTOM_METRICS="")).report_custom_metrics is False
 
 
 def test_a_typo_in_a_switch_is_an_error():
@@ -24,15 +26,12 @@ def test_a_typo_in_a_switch_is_an_error():
         BackendSettings.from_model_config(config(REPORT_CUSTOM_METRICS="ture"))
 
 
-class Log:
-    def info(self, message):
-        pass
-
-
 def test_kind_gpu_with_tensor_parallel_is_rejected():
     with pytest.raises(ConfigError, match="KIND_GPU is for single-GPU models"):
-        check_device({"tensor_parallel_size": 2}, {"model_instance_kind": "GPU"}, Log())
-    check_device({"tensor_parallel_size": 2}, {"model_instance_kind": "MODEL"}, Log())
+        device_environment({"tensor_parallel_size": 2}, {"model_instance_kind": "GPU"})
+    assert device_environment({"tensor_parallel_size": 2}, {"model_instance_kind": "MODEL"}) == ({}, None)
+    assert device_environment({}, {"model_instance_kind": "GPU", "model_instance_device_id": "1"}) == (
+        {"CUDA_VISIBLE_DEVICES": "1"}, "KIND_GPU instance: using GPU 1 (CUDA_VISIBLE_DEVICES)")
 
 
 def test_lora_registry(tmp_path):
@@ -56,7 +55,7 @@ def test_an_unknown_key_fails_with_a_suggestion_and_every_known_key_passes():
     from vllm_triton_observable.common.parameters import check_known_keys
     from vllm_triton_observable.health.settings import HealthSettings
 
-    known = BackendSettings.KEYS | HealthSettings.keys() | PYTHON_BACKEND_KEYS
+    known = BackendSettings.keys() | HealthSettings.keys() | PYTHON_BACKEND_KEYS
     check_known_keys(["REPORT_CUSTOM_METRICS", "ENABLE_VLLM_HEALTH_CHECK", "EXECUTION_ENV_PATH",
                       "FORCE_CPU_ONLY_INPUT_TENSORS", "GPU_DEVICE_IDS", "HEALTH_CHECK_INTERVAL_S"], known)
     with pytest.raises(ConfigError, match="HEALTH_CHECK_INTERVAL: unknown to the vllm backend; did you mean "
@@ -83,16 +82,17 @@ def test_drain_timeout_defaults_to_30_s_and_may_be_zero():
         BackendSettings.from_model_config(config(UNLOAD_DRAIN_TIMEOUT_S="-1"))
 
 
-def test_gpu_device_ids_pin_a_kind_model_instance(monkeypatch):
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    check_device({"tensor_parallel_size": 2}, {"model_instance_kind": "MODEL"}, Log(), "2,3")
-    import os
-
-    assert os.environ["CUDA_VISIBLE_DEVICES"] == "2,3"
+def test_gpu_device_ids_pin_a_kind_model_instance():
+    ids = BackendSettings.from_model_config(config(GPU_DEVICE_IDS="2,3")).gpu_device_ids
+    assert ids == (2, 3)
+    assert device_environment({"tensor_parallel_size": 2}, {"model_instance_kind": "MODEL"}, ids)[0] == {
+        "CUDA_VISIBLE_DEVICES": "2,3"}
     with pytest.raises(ConfigError, match="lists 1 GPU"):
-        check_device({"tensor_parallel_size": 2}, {"model_instance_kind": "MODEL"}, Log(), "1")
-    with pytest.raises(ConfigError, match="non-negative and distinct"):
-        check_device({}, {"model_instance_kind": "MODEL"}, Log(), "1,1")
+        device_environment({"tensor_parallel_size": 2}, {"model_instance_kind": "MODEL"}, (1,))
+    for bad, says in (("1,1", "non-negative and distinct"), ("-1", "non-negative and distinct"),
+                      ("a", "expected comma-separated GPU indices")):
+        with pytest.raises(ConfigError, match=f"GPU_DEVICE_IDS: '{bad}'; .*{says}"):
+            BackendSettings.from_model_config(config(GPU_DEVICE_IDS=bad))
 
 
 def test_response_threads_are_a_bounded_count():
@@ -102,3 +102,15 @@ def test_response_threads_are_a_bounded_count():
                       ("33", "must be at most 32")):
         with pytest.raises(ConfigError, match=says):
             BackendSettings.from_model_config(config(RESPONSE_THREADS=bad))
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("PER_TOKEN_HISTOGRAMS", "buckets", "PER_TOKEN_HISTOGRAMS: 'buckets'; use series or histogram"),
+    ("ENGINE_START_TIMEOUT_S", "nan", "ENGINE_START_TIMEOUT_S: 'nan' is not a positive float"),
+    ("ENGINE_START_TIMEOUT_S", "0", "ENGINE_START_TIMEOUT_S: '0' is not a positive float"),
+    ("OTLP_METRICS", "true", 'OTLP_METRICS: "true" needs REPORT_CUSTOM_METRICS "true"'),
+])
+def test_each_bad_value_is_one_sentence_naming_the_key(key, value, message):
+    with pytest.raises(ConfigError) as raised:
+        BackendSettings.from_model_config(config(**{key: value}))
+    assert message in str(raised.value) and "pydantic" not in str(raised.value), raised.value
