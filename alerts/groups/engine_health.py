@@ -9,14 +9,14 @@ from vllm_triton_observable.metrics import names
 
 
 def alerts(config: Config) -> list[Alert]:
-    s = lambda extra="": selector(config, extra)  # noqa: E731
+    s = selector(config)  # the Triton targets, in every expression
     stall = f"{config.stall_seconds:g}"
     no_record = age(names.LAST_RECORD_TIMESTAMP, config.triton_selector, INSTANCE)
     no_progress = age(names.ENGINE_LAST_PROGRESS_TIMESTAMP, config.triton_selector, INSTANCE)
     return [
         Alert(
             name="VllmEngineUnhealthy",
-            expr=f"1 - max by ({INSTANCE}) ({names.ENGINE_HEALTHY}{s()}) > 0",
+            expr=f"1 - max by ({INSTANCE}) ({names.ENGINE_HEALTHY}{s}) > 0",
             for_=config.unhealthy_for,
             severity="critical",
             summary="A vLLM engine is unhealthy and its model refuses requests.",
@@ -39,7 +39,7 @@ def alerts(config: Config) -> list[Alert]:
         ),
         Alert(
             name="VllmEngineCrashLoop",
-            expr=(f"sum by ({INSTANCE}) (increase({names.ENGINE_RESTARTS}{s()}[{config.crash_loop_window}])) "
+            expr=(f"sum by ({INSTANCE}) (increase({names.ENGINE_RESTARTS}{s}[{config.crash_loop_window}])) "
                   f">= {config.crash_loop_restarts}"),
             for_="0m",
             severity="critical",
@@ -69,10 +69,10 @@ def alerts(config: Config) -> list[Alert]:
             # its last values, and the age grows. While the monitor restarts an engine (healthy 0) it does not
             # publish either: VllmEngineUnhealthy covers that time.
             expr=(
-                f"((max by ({INSTANCE}) ({names.REQUESTS_IN_FLIGHT}{s()}) > 0) and on ({INSTANCE}) "
+                f"((max by ({INSTANCE}) ({names.REQUESTS_IN_FLIGHT}{s}) > 0) and on ({INSTANCE}) "
                 f"({no_record} > {stall})) or "
                 f"(({no_progress} > {stall}) and on ({INSTANCE}) "
-                f"(max by ({INSTANCE}) ({names.ENGINE_HEALTHY}{s()}) == 1))"),
+                f"(max by ({INSTANCE}) ({names.ENGINE_HEALTHY}{s}) == 1))"),
             for_=config.stall_for,
             severity="critical",
             summary="A vLLM engine, or the backend serving it, makes no progress.",

@@ -8,11 +8,11 @@ from vllm_triton_observable.metrics import names
 
 
 def alerts(config: Config) -> list[Alert]:
-    s = lambda extra="": selector(config, extra)  # noqa: E731
+    s = selector(config)  # the Triton targets, in every expression
     return [
         Alert(
             name="VllmMetricsErrors",
-            expr=f"sum by ({INSTANCE}, {names.STAGE}) (increase({names.METRICS_ERRORS}{s()}[10m])) > 0",
+            expr=f"sum by ({INSTANCE}, {names.STAGE}) (increase({names.METRICS_ERRORS}{s}[10m])) > 0",
             for_=config.metrics_errors_for,
             severity="warning",
             summary="The backend's metrics path fails.",

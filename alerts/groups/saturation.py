@@ -8,10 +8,10 @@ from vllm_triton_observable.metrics import names
 
 
 def alerts(config: Config) -> list[Alert]:
-    s = lambda extra="": selector(config, extra)  # noqa: E731
-    kv = f"max by ({ENGINE}) ({names.VLLM_KV_CACHE_USAGE}{s()})"
-    waiting = f"sum by ({INSTANCE}) ({names.VLLM_WAITING}{s()})"
-    preemptions = f"sum by ({INSTANCE}) (rate({names.VLLM_PREEMPTIONS}{s()}[5m]))"
+    s = selector(config)  # the Triton targets, in every expression
+    kv = f"max by ({ENGINE}) ({names.VLLM_KV_CACHE_USAGE}{s})"
+    waiting = f"sum by ({INSTANCE}) ({names.VLLM_WAITING}{s})"
+    preemptions = f"sum by ({INSTANCE}) (rate({names.VLLM_PREEMPTIONS}{s}[5m]))"
     return [
         Alert(
             name="VllmKVCacheHigh",

@@ -8,13 +8,13 @@ from vllm_triton_observable.metrics import names
 
 
 def alerts(config: Config) -> list[Alert]:
-    s = lambda extra="": selector(config, extra)  # noqa: E731
+    s = selector(config)  # the Triton targets, in every expression
     return [
         Alert(
             name="VllmMetricsAbsent",
             expr=(
-                f"(up{s()} == 1) unless on (job, instance) group by (job, instance) "
-                f"({names.VLLM_RUNNING}{s()})"),
+                f"(up{s} == 1) unless on (job, instance) group by (job, instance) "
+                f"({names.VLLM_RUNNING}{s})"),
             for_=config.absent_for,
             severity="warning",
             summary="A Triton target is up but exports no vLLM metrics.",
@@ -34,7 +34,7 @@ def alerts(config: Config) -> list[Alert]:
         ),
         Alert(
             name="TritonTargetDown",
-            expr=f"1 - up{s()} > 0",
+            expr=f"1 - up{s} > 0",
             for_=config.target_down_for,
             severity="critical",
             summary="A Triton metrics target is down.",
