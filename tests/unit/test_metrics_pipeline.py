@@ -370,6 +370,22 @@ def test_a_change_is_published_at_once_and_changes_are_coalesced():
         publisher.stop()
 
 
+def test_publishes_after_a_quiet_spell_go_at_once_and_the_cpu_budget_bounds_the_rest():
+    """A request's end asks twice (vLLM's record of its last step, then the backend's outcome); on a busy machine one
+    publish took 5-8 ms of CPU, and a rest of 20 × that kept the outcome off /metrics for 0.1-0.15 s. The budget lets
+    a few such publishes follow each other at MIN_GAP_S, then holds publishing to DUTY of a core."""
+    from vllm_triton_observable.metrics.publisher import BURST_CPU_S, DUTY, MIN_GAP_S, PublishCost
+
+    _, _, publisher, _ = setup(interval_s=1.0)
+    publisher._cost = PublishCost(cpu_s=0.008)  # each publish as costly as on two loaded cores
+    rests = [publisher.gap_s() for _ in range(4)]
+    assert rests[:2] == [MIN_GAP_S, MIN_GAP_S]  # 20 ms of budget: two at once
+    spent = 4 * 0.008 - BURST_CPU_S  # beyond the budget, minus what refilled in the microseconds between calls
+    assert spent / DUTY - 0.01 < rests[3] <= spent / DUTY and rests[3] > rests[2]  # then it rests for the excess
+    publisher._cost = PublishCost(cpu_s=1.0)  # a pathological publish: never more than the interval
+    assert publisher.gap_s() == 1.0
+
+
 def test_the_cost_of_each_publish_is_counted():
     registry, _, publisher, _ = setup()
     costs = []
