@@ -13,13 +13,20 @@ from .response_encoding import ResponseChunk, encode_chunk
 
 
 class TritonRequestView:
-    """A `pb_utils.InferenceRequest` seen as a `request_decoding.RequestView`."""
+    """A `pb_utils.InferenceRequest` seen as a `request_decoding.RequestView`.
+
+    Its inputs are listed once: decoding asks for a dozen by name, and `pb_utils.get_input_tensor_by_name` builds
+    the request's whole input list for each ask, on the thread Triton waits on before it hands over the next
+    request."""
 
     def __init__(self, request: Any) -> None:
         self._request = request
+        self._inputs: dict[str, Any] | None = None
 
     def input(self, name: str) -> np.ndarray | None:
-        tensor = pb_utils.get_input_tensor_by_name(self._request, name)
+        if self._inputs is None:
+            self._inputs = {tensor.name(): tensor for tensor in self._request.inputs()}
+        tensor = self._inputs.get(name)
         return None if tensor is None else tensor.as_numpy()
 
     def parameters(self) -> str:

@@ -40,6 +40,18 @@ def test_defaults_follow_the_official_backend():
     assert request.outputs.finish_reason is False
 
 
+def test_each_request_gets_parameters_of_its_own_which_vllm_need_not_deep_copy():
+    """skip_clone, as vLLM's API server sets it for parameters made per request: vLLM then copies them shallowly
+    instead of deep-copying them on its event loop. A client cannot set it (a backend-owned field)."""
+    first, second = (decode_request(view(parameters={"stop": ["x"]})).sampling.params for _ in range(2))
+    assert first is not second and first.stop is not second.stop
+    assert first.skip_clone is True
+    copied = first.clone()
+    assert copied is not first and copied.max_tokens == first.max_tokens
+    with pytest.raises(InvalidRequest, match="unknown sampling parameter.*'skip_clone'"):
+        decode_request(view(parameters={"skip_clone": False}))
+
+
 def test_streaming_never_prepends_the_prompt():
     assert decode_request(view(stream=True)).prepend_input is False
     assert decode_request(view(exclude_input_in_output=True)).prepend_input is False
