@@ -350,11 +350,13 @@ def serve(argv: list[str]) -> int:
     parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("METRICS_PORT") or 8002))
     parser.add_argument("--bind", default=os.environ.get("BIND") or "127.0.0.1")
     parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--log", type=Path, default=ROOT / ".build" / "serve.log",
+                        help="tritonserver's log (one file per server: two servers must not share one)")
     args = parser.parse_args(argv)
     server = TritonServer(
         device_repository(Path(args.model_repo)), http_port=args.http_port, grpc_port=args.grpc_port,
         metrics_port=args.metrics_port, bind=args.bind,
-        extra_args=os.environ.get("TRITON_ARGS", "").split(), log_path=ROOT / ".build" / "serve.log",
+        extra_args=os.environ.get("TRITON_ARGS", "").split(), log_path=args.log,
     )
     stopping = False
 
@@ -366,7 +368,9 @@ def serve(argv: list[str]) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # SIGINT may be ignored when backgrounded
         signal.signal(signum, on_signal)
     say = lambda msg: print(f"\033[1m[serve]\033[0m {msg}", flush=True)  # noqa: E731
-    say(f"starting tritonserver on {args.model_repo} (log: .build/serve.log)")
+    log = args.log.resolve()
+    shown = log.relative_to(ROOT) if log.is_relative_to(ROOT) else log
+    say(f"starting tritonserver on {args.model_repo} (log: {shown})")
     try:
         server.start()
         say(f"tritonserver pid {server.process.pid}; waiting for the models to be ready")

@@ -112,11 +112,14 @@ def start_load(server: Any, model: str, n: int = 3) -> list[Stream]:
 # -- processes ----------------------------------------------------------------------------------------
 @dataclass
 class Launched:
-    """`make serve`'s launcher running: its process, the tritonserver's pid, and what it printed."""
+    """`make serve`'s launcher running: its process, the tritonserver's pid, what it printed, and the server's log
+    (one per launch: the suite's two workers may each run one, and a shared file was once overwritten by the other
+    server's while a test read it)."""
     endpoint: TritonServer
     process: subprocess.Popen[str]
     pid: int
     output: list[str]
+    log_path: Path
 
 
 @contextmanager
@@ -125,11 +128,12 @@ def launched(model_repo: Path | None = None, triton_args: str = "",
     """`make serve` (MODEL_REPO=model_repo, TRITON_ARGS=triton_args, and `env`), on free ports, until it printed
     its examples; stopped afterwards."""
     ports = [triton_launcher.free_port() for _ in range(3)]
+    log_path = ROOT / ".build" / f"serve-{ports[0]}.log"
     env = (dict(os.environ) | ({"MODEL_REPO": str(model_repo)} if model_repo else {})
            | ({"TRITON_ARGS": triton_args} if triton_args else {}) | (env or {}))
     process = subprocess.Popen(
         [sys.executable, str(ROOT / "scripts" / "triton_launcher.py"), "--http-port", str(ports[0]),
-         "--grpc-port", str(ports[1]), "--metrics-port", str(ports[2])],
+         "--grpc-port", str(ports[1]), "--metrics-port", str(ports[2]), "--log", str(log_path)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     output: list[str] = []
     pid = None
@@ -146,7 +150,7 @@ def launched(model_repo: Path | None = None, triton_args: str = "",
         # Only the ports matter to the helpers; nothing is started through this object.
         endpoint = TritonServer(model_repo or ROOT / "samples" / "model_repository", http_port=ports[0],
                                 grpc_port=ports[1], metrics_port=ports[2])
-        yield Launched(endpoint, process, pid, output)
+        yield Launched(endpoint, process, pid, output, log_path)
     finally:
         if process.poll() is None:  # a failed test must not leave the server running
             process.send_signal(signal.SIGINT)

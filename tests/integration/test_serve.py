@@ -13,7 +13,6 @@ import time
 import psutil
 import pytest
 from helpers import (
-    ROOT,
     grpc_inputs,
     grpc_stream,
     launched,
@@ -40,11 +39,11 @@ def mapped_by(pid: int) -> set[str]:
 @pytest.fixture(scope="module")
 def served():
     with launched(triton_args=f"--exit-timeout-secs={EXIT_TIMEOUT_S}") as served:
-        yield served.endpoint, served.process, served.pid, served.output
+        yield served.endpoint, served.process, served.pid, served.output, served.log_path
 
 
 def test_the_printed_curl_commands_return_generated_text(served):
-    *_, output = served
+    _, _, _, output, _ = served
     commands = printed_commands(output)
     assert len(commands) == 2, commands  # vllm_model: generate and generate_stream
     answer = json.loads(run_command(commands[0]))
@@ -70,7 +69,7 @@ def long_streams(endpoint, n: int) -> tuple[list[list], list[list], threading.Th
 
 
 def test_ctrl_c_bounds_running_generations_and_leaves_no_process_and_no_shared_memory(served):
-    endpoint, process, pid, output = served
+    endpoint, process, pid, output, log_path = served
     printed = "".join(output)
     assert "curl -s -X POST" in printed and "/generate_stream" in printed  # the examples were printed
     ours = mapped_by(pid)
@@ -83,7 +82,7 @@ def test_ctrl_c_bounds_running_generations_and_leaves_no_process_and_no_shared_m
     stopped_after = time.monotonic() - began
     streams.join(30)
     said = process.stdout.read()
-    log = (ROOT / ".build" / "serve.log").read_text()
+    log = log_path.read_text()
     # Without the backend's bound the server would wait for every generation; it noticed the exit instead
     # (tritonserver closes its HTTP endpoint at once), stopped what outlived 2 s and shut the engine down.
     assert "tritonserver is exiting (its HTTP endpoint closed): running requests of vllm_model may finish for up " \
