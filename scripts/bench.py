@@ -762,7 +762,7 @@ def stop_everything(engine: Any, loop: asyncio.AbstractEventLoop, servers: dict[
     for name, server in servers.items():
         if not getattr(server, "stopped_cleanly", True):  # a backend or Triton regression: say it
             say(f"the {name} tritonserver did not stop cleanly: had to kill {server.forced_kills}, "
-                f"to remove {server.removed_shm}")
+                f"to remove {server.removed_shm}; the end of its log ({server.log_path}):\n{server.tail(12)}")
     if sink is not None:
         sink.terminate()
 

@@ -238,10 +238,12 @@ class TritonServer:
         import psutil
 
         members = []
-        for process in psutil.process_iter(["pid", "cmdline", "status"]):
+        for process in psutil.process_iter(["pid", "ppid", "cmdline", "status"]):
             try:
                 if process.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(process.pid) == pgid:
-                    members.append(f"{process.pid} {' '.join(process.info['cmdline'] or [])[:80]}")
+                    # the parent says whose it is (a stub's resource tracker, an EngineCore's worker, …)
+                    members.append(f"{process.pid} (parent {process.info['ppid']}) "
+                                   f"{' '.join(process.info['cmdline'] or [])[:80]}")
             except (ProcessLookupError, psutil.Error):
                 continue
         return members
