@@ -66,7 +66,7 @@ class GenerationService:
         self._on_finished_hook = on_finished
         self._decoupled = decoupled  # if not, Triton accepts exactly one (final) response per request
         self._refusal: RequestError | None = None
-        # metrics.tracing.RequestTracer when tritonserver traces in OpenTelemetry mode, else None (no spans at all)
+        # tracing.spans.RequestTracer when tritonserver traces in OpenTelemetry mode, else None (no spans at all)
         self._tracer = tracer
         self._model_name = model_name  # in span names
         self._trace_attributes = trace_attributes or {}

@@ -26,7 +26,7 @@ from ..metrics import names
 from ..metrics.backend_families import BackendInfo
 from ..metrics.exporter import MetricsExporter
 from ..metrics.health_families import HealthFamilies
-from ..metrics.tracing import RequestTracer
+from ..tracing.spans import RequestTracer
 from .engine_args import build_engine_args
 from .engine_runner import EngineRunner
 from .generation import GenerationService

@@ -22,7 +22,7 @@ from ..common.vllm_compat import window_note
 from ..health.settings import EXPLICIT_MODEL_CONTROL, HealthSettings
 from ..metrics import names
 from ..metrics.exporter import gate
-from ..metrics.tracing import VLLM_SERVICE_NAME, TraceSettings
+from ..tracing.spans import VLLM_SERVICE_NAME, TraceSettings
 from .device import device_environment
 from .engine_args import load_model_json, resolve_local_paths, validate_engine_config
 from .engine_runner import WORKER_SHUTDOWN_GRACE_S

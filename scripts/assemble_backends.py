@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # (backend.engine_watch: the EngineCore ends with its stub); vLLM finds it on the sys.path its processes inherit.
 PACKAGE = "vllm_triton_observable"
 ENGINE_WATCH = "vllm_triton_engine_watch = vllm_triton_observable.backend.engine_watch:register"
-ROOMS = ("backend", "common", "health", "metrics")
+ROOMS = ("backend", "common", "health", "metrics", "tracing")
 STUB_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 VERSION = next(line.split('"')[1] for line in (ROOT / f"{PACKAGE}.py").read_text().splitlines()
                if line.startswith("__version__"))

@@ -2,9 +2,10 @@
 it is installed (a fresh copy laid out by scripts/assemble_backends.py) and on the repository's tool packages.
 
     common          imports no other room
-    metrics, health import only common, never each other (health's needs are the interfaces in health/ports.py)
+    metrics, health, tracing
+                    import only common, never each other (health's needs are the interfaces in health/ports.py)
     backend         imports common; only its composition root (plan.py, model_instance.py, parameter_reference.py)
-                    wires in metrics and health
+                    wires in metrics, health and tracing
     observability   the metric names, registry helpers and label values (no engine, no backend)
     dashboards      observability, the metric names, which vLLM release brought a family
     alerts          observability, the metric names, the dashboards' definitions (their panel ids)
@@ -22,7 +23,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-ROOMS = ("backend", "common", "health", "metrics")
+ROOMS = ("backend", "common", "health", "metrics", "tracing")
 TOOLS = ("observability", "dashboards", "alerts", "deploy")  # the repository's generator packages
 
 

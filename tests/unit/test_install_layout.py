@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-GENERIC = ("backend", "metrics", "health", "common")
+GENERIC = ("backend", "metrics", "health", "common", "tracing")
 
 IMPORT_EVERYTHING = """
 import importlib, pkgutil, sys

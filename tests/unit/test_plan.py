@@ -12,7 +12,7 @@ from vllm_triton_observable.backend.engine_runner import WORKER_SHUTDOWN_GRACE_S
 from vllm_triton_observable.backend.engine_watch import STUB_PID
 from vllm_triton_observable.backend.plan import make_plan
 from vllm_triton_observable.common.errors import ConfigError
-from vllm_triton_observable.metrics.tracing import VLLM_SERVICE_NAME
+from vllm_triton_observable.tracing.spans import VLLM_SERVICE_NAME
 
 SERVER = ["tritonserver", "--model-repository=/models"]
 TRACING = [*SERVER, "--trace-config=mode=opentelemetry", "--trace-config=opentelemetry,url=http://otel:4318/v1/traces"]

@@ -4,7 +4,7 @@ requests get a span, and that spans the exporter cannot deliver are counted, not
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from vllm_triton_observable.common.server_flags import trace_config
-from vllm_triton_observable.metrics.tracing import RequestTracer, TraceSettings, _CountingExporter
+from vllm_triton_observable.tracing.spans import RequestTracer, TraceSettings, _CountingExporter
 
 OTEL = ["tritonserver", "--trace-config", "mode=opentelemetry",
         "--trace-config=opentelemetry,url=http://collector:4318/v1/traces", "--trace-config", "rate=1"]
@@ -48,7 +48,8 @@ def test_undeliverable_spans_are_counted_not_raised():
 
 def test_only_requests_triton_traces_get_a_span():
     warnings = []
-    tracer = RequestTracer(TraceSettings("http://127.0.0.1:9/v1/traces"), {}, lambda n: None, warnings.append)
+    tracer = RequestTracer(TraceSettings("http://127.0.0.1:9/v1/traces"), {}, lambda n: None, warnings.append,
+                           service_name="test")
     try:
         assert "no OTLP receiver answers" in warnings[0]  # said once, at load
         assert tracer.start(None, "x", {}) is None
@@ -69,11 +70,11 @@ def test_a_health_incident_is_one_trace_with_a_span_per_restart_attempt():
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
     from opentelemetry.trace import StatusCode
 
-    from vllm_triton_observable.metrics.tracing import IncidentTrace
+    from vllm_triton_observable.tracing.spans import IncidentTrace
 
     exporter, provider = InMemorySpanExporter(), TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    incidents = IncidentTrace(provider.get_tracer("test"), "m")
+    incidents = IncidentTrace(provider.get_tracer("test"), "m", {"triton.model_name": "m"})
     incidents.restart_ended(None)  # nothing open: nothing happens
     incidents.unhealthy("the engine is dead: gone")
     incidents.restart_started(1, 2, 5.0)
@@ -91,6 +92,7 @@ def test_a_health_incident_is_one_trace_with_a_span_per_restart_attempt():
     assert second.attributes["vllm_triton.restart.backoff_s"] == 10
     assert [e.name for e in incident.events] == ["unhealthy", "recovered"]
     assert incident.attributes["vllm_triton.health.outcome"] == "recovered"
+    assert incident.attributes["triton.model_name"] == "m"
     assert incident.status.status_code is StatusCode.UNSET
 
     incidents.unhealthy("stalled")

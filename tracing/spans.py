@@ -21,7 +21,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..common.server_flags import trace_config
-from .names import TRACE_MODEL_ATTRIBUTE, TRACE_SERVICE
 
 VLLM_SERVICE_NAME = "vllm"  # vLLM's tracer names its service only through OTEL_SERVICE_NAME
 TRITON_DEFAULT_URL = "http://localhost:4318/v1/traces"  # opentelemetry-cpp's default, as Triton uses it
@@ -125,8 +124,7 @@ class RequestTracer:
     """The backend's tracer provider (its own, not the global one vLLM sets) and the spans it starts."""
 
     def __init__(self, settings: TraceSettings, resource: Mapping[str, str],
-                 on_dropped: Callable[[int], None], log_warn: Callable[[str], None],
-                 service_name: str = TRACE_SERVICE) -> None:
+                 on_dropped: Callable[[int], None], log_warn: Callable[[str], None], service_name: str) -> None:
         import logging
 
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -139,6 +137,7 @@ class RequestTracer:
             log_warn(f"tracing: no OTLP receiver answers at {settings.endpoint}; serving goes on and spans that "
                      "cannot be delivered are counted in vllm_triton_trace_spans_dropped_total")
         logging.getLogger("opentelemetry.exporter").setLevel(logging.CRITICAL)  # counted instead of logged
+        self._resource = dict(resource)  # the model's name under the attribute the dashboards' trace links query
         self.provider = TracerProvider(resource=Resource.create(
             {"service.name": service_name, **resource}))
         exporter = _CountingExporter(OTLPSpanExporter(endpoint=settings.endpoint), on_dropped)
@@ -160,7 +159,7 @@ class RequestTracer:
         return RequestSpan(span)
 
     def incidents(self, model: str) -> IncidentTrace:
-        return IncidentTrace(self._tracer, model)
+        return IncidentTrace(self._tracer, model, self._resource)
 
     def shutdown(self) -> None:
         self.provider.shutdown()
@@ -171,8 +170,8 @@ class IncidentTrace:
     recovered or given up — its length is the downtime — with a child span per restart attempt, so an operator
     sees the outage, each restart and its cost beside the requests that failed in it."""
 
-    def __init__(self, tracer: Any, model: str) -> None:
-        self._tracer, self._model = tracer, model
+    def __init__(self, tracer: Any, model: str, attributes: Mapping[str, str]) -> None:
+        self._tracer, self._model, self._attributes = tracer, model, dict(attributes)
         self._incident: Any = None
         self._restart: Any = None
         self._lock = threading.Lock()
@@ -184,7 +183,7 @@ class IncidentTrace:
             if self._incident is None:
                 self._incident = self._tracer.start_span(
                     f"engine incident {self._model}", context=Context(),
-                    attributes={TRACE_MODEL_ATTRIBUTE: self._model, "vllm_triton.health.cause": cause})
+                    attributes={**self._attributes, "vllm_triton.health.cause": cause})
             self._incident.add_event("unhealthy", {"cause": cause})
 
     def restart_started(self, attempt: int, attempts: int, backoff_s: float) -> None:
