@@ -23,13 +23,14 @@ for path in (ROOT, ROOT / "scripts"):
 # workers' ends (≈ 95 s apart when they came before the shared server).
 # Kept in this order by --no-loadscope-reorder.
 # The modules that touch a vLLM API or behaviour (engine arguments, metric families and exact deltas, the stat-logger
-# guard, warm-up, health kill/stop, embeddings, LoRA, tracing headers, the bad-input corpus, unload): marked
+# guard, warm-up, health kill/stop, embeddings, LoRA, tracing headers, the bad-input corpus, unload, the sampling
+# parameters built from a request): marked
 # `vllm_api`, they run on the second vLLM of `make test` too (Makefile test-compat). The others test the project's
 # own tools (dashboards, alerts, Kubernetes, docs, bench, launcher), which the vLLM release does not change.
 VLLM_API_MODULES = {"test_engine_args", "test_metrics_pipeline", "test_vllm_compat", "test_generation_service",
                     "test_generate", "test_metrics", "test_health", "test_embeddings", "test_lifecycle",
                     "test_reliability", "test_tracing", "test_model_config", "test_infer", "test_samples",
-                    "test_official_suites"}
+                    "test_official_suites", "test_request_decoding"}
 # Of those, tests that repeat another's vLLM work for the backend's own sake: not run again on the second vLLM.
 # The load/unload leak test is five cycles of what the first unload test does once (≈ 5 min on two cores).
 NOT_VLLM_API_TESTS = {"test_load_unload_cycles_leak_nothing"}
