@@ -255,6 +255,7 @@ def test_a_health_incident_is_a_trace_from_unhealthy_through_the_restart_to_reco
     assert incident["start"] <= restarts[0]["start"] and restarts[0]["end"] <= incident["end"]
     assert incident["events"] == ["unhealthy", "recovered"]
     assert incident["attributes"]["vllm_triton.health.cause"].startswith("the engine is dead")
+    assert incident["attributes"]["triton.model_name"] == MODEL  # as on the request spans: one query finds both
     assert incident["attributes"]["vllm_triton.health.outcome"] == "recovered"
     assert restarts[0]["attributes"]["vllm_triton.restart.attempt"] == 1
     assert generate(server, MODEL, {"text_input": PROMPT, "parameters": {"max_tokens": 2}})[0] == 200
