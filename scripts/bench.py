@@ -628,8 +628,8 @@ def table(results: dict, ratios: dict) -> str:
     published = {key: result["publish"] for key, result in results.items() if result.get("publish")}
     if published:
         rows += ["", "The metrics publisher (medians of the rounds): Triton calls per second of traffic, its "
-                 "thread's wall and CPU ms per publish (one a second), and how long after the round Triton's values "
-                 "had caught up (two publishes at the least):", "",
+                 "thread's wall and CPU ms per publish (each second and as requests finish), and how long after the "
+                 "round Triton's values had caught up (two publishes at the least):", "",
                  "| config | calls / s | wall ms / publish | CPU ms / publish | caught up after (s) |",
                  "|---|---|---|---|---|"]
         rows += [f"| {key}: {CONFIGS[key][0]} | {fmt(p['calls_per_s']['median'])} | "
