@@ -39,12 +39,11 @@ def mapped_by(pid: int) -> set[str]:
 @pytest.fixture(scope="module")
 def served():
     with launched(triton_args=f"--exit-timeout-secs={EXIT_TIMEOUT_S}") as served:
-        yield served.endpoint, served.process, served.pid, served.output, served.log_path
+        yield served
 
 
 def test_the_printed_curl_commands_return_generated_text(served):
-    _, _, _, output, _ = served
-    commands = printed_commands(output)
+    commands = printed_commands(served.output)
     assert len(commands) == 2, commands  # vllm_model: generate and generate_stream
     answer = json.loads(run_command(commands[0]))
     assert answer["model_name"] == "vllm_model" and len(answer["text_output"]) > len("What is Triton?")
@@ -69,7 +68,8 @@ def long_streams(endpoint, n: int) -> tuple[list[list], list[list], threading.Th
 
 
 def test_ctrl_c_bounds_running_generations_and_leaves_no_process_and_no_shared_memory(served):
-    endpoint, process, pid, output, log_path = served
+    endpoint, process, pid, output, log_path = (served.endpoint, served.process, served.pid, served.output,
+                                                served.log_path)
     printed = "".join(output)
     assert "curl -s -X POST" in printed and "/generate_stream" in printed  # the examples were printed
     ours = mapped_by(pid)

@@ -22,8 +22,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from assemble_backends import ROOMS  # the rooms the installer lays out, named once
+
 ROOT = Path(__file__).resolve().parents[2]
-ROOMS = ("backend", "common", "health", "metrics", "tracing")
 TOOLS = ("observability", "dashboards", "alerts", "deploy")  # the repository's generator packages
 
 
