@@ -34,7 +34,8 @@ def build(config: Config, slo_buckets: dict[str, tuple[float, ...]]) -> Dashboar
                           span=8))
         .with_panel(graph("Seconds since engine progress", "Seconds without an engine step while requests are "
                           "in flight (about 0 when idle): the stall watchdog's measure, computed here from the "
-                          "published timestamp, so it also grows when the backend itself stops publishing.", "s",
+                          "published timestamp, so it also grows when the backend itself stops publishing. "
+                          "Published with the health monitor off too.", "s",
                           (age(names.ENGINE_LAST_PROGRESS_TIMESTAMP, TRITON, names.MODEL_INSTANCE),
                            "{{model_instance}}"), span=8))
         .with_panel(graph("Engine restarts per hour", "Engines replaced in place (HEALTH_RECOVERY=restart), per "
@@ -46,10 +47,7 @@ def build(config: Config, slo_buckets: dict[str, tuple[float, ...]]) -> Dashboar
         .with_panel(graph("Metrics errors/s", "Failures inside the metrics path per second, by stage: record "
                           "(vLLM's stat logger) and publish (to Triton). Should be 0; the engine keeps serving.",
                           "short", (sum_rate(names.METRICS_ERRORS, TRITON, f"{names.MODEL_INSTANCE}, {names.STAGE}"),
-                                    "{{stage}} {{model_instance}}")))
-        .with_panel(graph("Seconds since vLLM's last stats", "Seconds since the engine last reported stats, "
-                          "i.e. its last step with output (grows while idle).", "s",
-                          (age(names.LAST_RECORD_TIMESTAMP, TRITON, names.MODEL_INSTANCE), "{{model_instance}}")))
+                                    "{{stage}} {{model_instance}}"), span=24))
         .with_panel(graph("Backend info", f"Versions and switches of each model instance ({names.INFO}).",
                           "none", (sel(names.INFO, TRITON),
                                    "{{model_instance}} vLLM {{vllm_version}} backend {{backend_version}} "

@@ -24,8 +24,9 @@ class Observation:
     now: float
     dead: str | None = None  # why vLLM considers the engine dead, if it does
     inflight: int = 0
-    last_step: float | None = None  # when the engine last reported a step (vLLM's stat-logger call)
-    busy_since: float | None = None  # when requests last went from none to some in flight
+    # when the engine last made progress: its last step or when requests went from none to some in flight,
+    # whichever came later (common.engine_activity; the published liveness timestamp is the same measure)
+    last_progress: float | None = None
     probe_latency: float | None = None  # a probe finished this tick, in this many seconds
     probe_error: str | None = None  # a probe failed this tick, with this reason
     probe_timed_out: bool = False  # ... because it got no answer in time (not an error from the engine)
@@ -49,10 +50,9 @@ class HealthEvaluator:
 
     def stalled_for(self, obs: Observation) -> float:
         """Seconds the engine has made no progress while requests are in flight (0 when idle)."""
-        if obs.inflight <= 0:
+        if obs.inflight <= 0 or obs.last_progress is None:
             return 0.0
-        marks = [t for t in (obs.last_step, obs.busy_since) if t is not None]
-        return max(0.0, obs.now - max(marks)) if marks else 0.0
+        return max(0.0, obs.now - obs.last_progress)
 
     def evaluate(self, obs: Observation) -> Transition | None:
         """The new state, if it changed; the cause says why, once."""

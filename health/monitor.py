@@ -81,8 +81,6 @@ class HealthMonitor:
         # the probe in flight: when it started, its answer, and the engine's progress() then
         self._probe: tuple[float, concurrent.futures.Future[Any], float] | None = None
         self._next_probe = 0.0
-        self._busy_since: float | None = None
-        self._was_busy = False
         self._finished = False  # unloaded or out of restart attempts: nothing more to do
 
     def start(self) -> None:
@@ -106,12 +104,9 @@ class HealthMonitor:
     def tick(self) -> None:
         now = self._clock()
         inflight = self._requests.inflight_count()
-        if inflight and not self._was_busy:
-            self._busy_since = now
-        self._was_busy = inflight > 0
         latency, error, timed_out, waiting = self._probe_result(now, inflight)
         observation = Observation(now=now, dead=self._engine.dead_reason(), inflight=inflight,
-                                  last_step=self._activity.last_step, busy_since=self._busy_since,
+                                  last_progress=self._activity.last_progress(inflight),
                                   probe_latency=latency, probe_error=error, probe_timed_out=timed_out,
                                   probe_waiting_s=waiting)
         if latency is not None and self._report is not None:
@@ -121,7 +116,7 @@ class HealthMonitor:
             self._on_transition(transition)
         elif self.evaluator.state is HealthState.UNHEALTHY and not self._finished:
             self._try_to_recover()
-        self._publish(observation)
+        self._publish()
 
     def _probe_bound_s(self) -> float:
         """How long a probe of an engine that is short of CPU may wait: as long as an engine step may take."""
@@ -173,7 +168,7 @@ class HealthMonitor:
         error = EngineUnavailable(f"{UNHEALTHY_ANSWER} (model {self._model} is unavailable: {transition.cause})")
         self._requests.refuse_new_requests(error)
         self._requests.fail_inflight(error)
-        self._publish(None)
+        self._publish()
         if self.settings.recovery is Recovery.UNLOAD:
             self._log.error(f"Engine is not healthy and model will be unloaded: {transition.cause}")
             self._incidents.not_recovered("unloading the model (HEALTH_RECOVERY=unload)")
@@ -237,8 +232,6 @@ class HealthMonitor:
         # call it from a thread of its own so nothing waits on itself.
         threading.Thread(target=self._unload, name="vllm-unload", daemon=True).start()
 
-    def _publish(self, observation: Observation | None) -> None:
-        if self._report is None:
-            return
-        stalled = self.evaluator.stalled_for(observation) if observation is not None else 0.0
-        self._report.update(self.evaluator.state, self.evaluator.consecutive_failures, stalled)
+    def _publish(self) -> None:
+        if self._report is not None:
+            self._report.update(self.evaluator.state, self.evaluator.consecutive_failures)

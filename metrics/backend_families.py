@@ -46,9 +46,15 @@ class BackendFamilies:
         self.spans_dropped = counter(names.TRACE_SPANS_DROPPED,
                                      "Trace spans the exporter could not deliver to the OTLP receiver (tracing on "
                                      "only: tritonserver --trace-config mode=opentelemetry).")
+        self.last_progress = gauge(names.ENGINE_LAST_PROGRESS_TIMESTAMP,
+                                   "Unix time the engine last made progress: its last step (or the start of the "
+                                   "busy spell) while requests are in flight, the time of publishing while idle. "
+                                   "time() minus it is the stall; it also grows when the backend stops publishing "
+                                   "(a wedged stub).")
         self.last_record = gauge(names.LAST_RECORD_TIMESTAMP,
-                                 "Unix time vLLM last reported engine stats, i.e. its last engine step with output "
-                                 "(0 before the first; ages with time() - ..., growing while the engine is idle).")
+                                 "Deprecated, kept for dashboards that read it: use "
+                                 f"{names.ENGINE_LAST_PROGRESS_TIMESTAMP}. Unix time of the engine's last step "
+                                 "with output (0 before the first; growing while the engine is idle).")
 
         self.publishes = counter(names.METRICS_PUBLISHES, "Publishes of this instance's metrics to Triton "
                                  "(one per second, and more when requests finish; the cost families below divided by "
@@ -85,7 +91,11 @@ class BackendFamilies:
 
     def refresh(self) -> None:
         """Called by the publisher before it snapshots the registry."""
-        self.inflight.set(self._inflight_count())
+        inflight = self._inflight_count()
+        self.inflight.set(inflight)
+        # Ages on the activity's monotonic clock, turned into Unix time here: a step of the wall clock cannot fake one.
+        now = self._activity.now()
+        self.last_progress.set(time.time() - (now - self._activity.last_progress(inflight)))
         last_step = self._activity.last_step
-        if last_step is not None:  # monotonic: a step of the wall clock cannot fake an age
-            self.last_record.set(time.time() - (time.monotonic() - last_step))
+        if last_step is not None:
+            self.last_record.set(time.time() - (now - last_step))

@@ -5,8 +5,6 @@ Implements `health.ports.Report` (structurally: this room does not import the he
 
 from __future__ import annotations
 
-import time
-
 from ..common.vocabulary import HealthState
 from . import names
 from .registry import InstanceRegistry, Kind
@@ -28,19 +26,14 @@ class HealthFamilies:
                                         buckets=PROBE_BUCKETS)
         self._failures = gauge(names.ENGINE_PROBE_FAILURES,
                                "Engine probes that failed in a row (0 after a successful probe).")
-        self._last_progress = gauge(names.ENGINE_LAST_PROGRESS_TIMESTAMP,
-                                    "Unix time the engine last made progress: its last step while requests are in "
-                                    "flight, the monitor's last look while idle. time() minus it is the stall; it "
-                                    "also grows when the monitor itself stops (a wedged stub).")
         self._restarts = counter(names.ENGINE_RESTARTS, "Engines replaced in place by HEALTH_RECOVERY=restart.")
-        self.update(HealthState.HEALTHY, 0, 0.0)
+        self.update(HealthState.HEALTHY, 0)
 
-    def update(self, state: HealthState, failures: int, stalled_for: float) -> None:
+    def update(self, state: HealthState, failures: int) -> None:
         self._healthy.set(0 if state is HealthState.UNHEALTHY else 1)
         for s, child in self._states.items():
             child.set(1 if s is state else 0)
         self._failures.set(failures)
-        self._last_progress.set(time.time() - stalled_for)
 
     def probe_latency(self, seconds: float) -> None:
         self._probe_latency.observe(seconds)

@@ -11,7 +11,6 @@ from vllm_triton_observable.metrics import names
 def alerts(config: Config) -> list[Alert]:
     s = selector(config)  # the Triton targets, in every expression
     stall = f"{config.stall_seconds:g}"
-    no_record = age(names.LAST_RECORD_TIMESTAMP, config.triton_selector, INSTANCE)
     no_progress = age(names.ENGINE_LAST_PROGRESS_TIMESTAMP, config.triton_selector, INSTANCE)
     return [
         Alert(
@@ -65,14 +64,11 @@ def alerts(config: Config) -> list[Alert]:
         ),
         Alert(
             name="VllmEngineStalled",
-            # Ages come from published Unix timestamps: a wedged stub stops publishing, Triton keeps exporting
-            # its last values, and the age grows. While the monitor restarts an engine (healthy 0) it does not
-            # publish either: VllmEngineUnhealthy covers that time.
-            expr=(
-                f"((max by ({INSTANCE}) ({names.REQUESTS_IN_FLIGHT}{s}) > 0) and on ({INSTANCE}) "
-                f"({no_record} > {stall})) or "
-                f"(({no_progress} > {stall}) and on ({INSTANCE}) "
-                f"(max by ({INSTANCE}) ({names.ENGINE_HEALTHY}{s}) == 1))"),
+            # The age comes from a published Unix timestamp: a wedged stub stops publishing, Triton keeps
+            # exporting its last values, and the age grows. An engine being restarted (healthy 0) is
+            # VllmEngineUnhealthy's; `unless` keeps the rule working where the health monitor is off.
+            expr=(f"({no_progress} > {stall}) unless on ({INSTANCE}) "
+                  f"(max by ({INSTANCE}) ({names.ENGINE_HEALTHY}{s}) == 0)"),
             for_=config.stall_for,
             severity="critical",
             summary="A vLLM engine, or the backend serving it, makes no progress.",
@@ -83,9 +79,9 @@ def alerts(config: Config) -> list[Alert]:
                 "Requests are accepted but the engine does not step — a hang (deadlock, stuck collective, stopped "
                 "process) that vLLM's own dead-engine check does not see — or the backend's Python stub itself is "
                 "wedged and has stopped publishing (its last values stay on /metrics; their timestamps give it "
-                "away). Ages are computed by Prometheus from the published timestamps "
-                f"({names.LAST_RECORD_TIMESTAMP}, {names.ENGINE_LAST_PROGRESS_TIMESTAMP}), so they cannot freeze "
-                "at a healthy value."),
+                "away). The age is computed by Prometheus from the published timestamp "
+                f"({names.ENGINE_LAST_PROGRESS_TIMESTAMP}, the measure of the health monitor's stall watchdog), so "
+                "it cannot freeze at a healthy value. It works with the health monitor off too."),
             check=(
                 "Whether the health monitor is on (ENABLE_VLLM_HEALTH_CHECK) and what it logged; py-spy dump of the "
                 "EngineCore and worker processes and of the model's triton_python_backend_stub; GPU state."),

@@ -148,13 +148,12 @@ SCENARIOS = {
         "alert_rule_test": [quiet("VllmEngineCrashLoop", "5m"), fired("VllmEngineCrashLoop", "6m", CRIT)]}],
     # promtool's clock starts at Unix time 0: a timestamp series "0+60x10" keeps up with time(), "60x10" froze.
     "VllmEngineStalled": [
-        {  # requests in flight, no engine step since t=60 s: 120 s old at 3m (not over), 180 s at 4m, firing at 5m;
-           # an idle engine's stats age as they may
+        {  # health monitor off (no healthy series): requests in flight, no progress since t=60 s: 120 s old at 3m
+           # (not over), 180 s at 4m, firing at 5m; an idle instance's timestamp keeps up (each publish is progress)
             "input_series": [
-                {"series": f"{names.REQUESTS_IN_FLIGHT}{{{LABELS}}}", "values": "2x10"},
-                {"series": f"{names.LAST_RECORD_TIMESTAMP}{{{LABELS}}}", "values": "0 60x10"},
-                {"series": f'{names.REQUESTS_IN_FLIGHT}{{{LABELS.replace("m_0_0", "idle")}}}', "values": "0x10"},
-                {"series": f'{names.LAST_RECORD_TIMESTAMP}{{{LABELS.replace("m_0_0", "idle")}}}', "values": "0x10"}],
+                {"series": f"{names.ENGINE_LAST_PROGRESS_TIMESTAMP}{{{LABELS}}}", "values": "0 60x10"},
+                {"series": f'{names.ENGINE_LAST_PROGRESS_TIMESTAMP}{{{LABELS.replace("m_0_0", "idle")}}}',
+                 "values": "0+60x10"}],
             "alert_rule_test": [quiet("VllmEngineStalled", "3m"), quiet("VllmEngineStalled", "4m"),
                                 fired("VllmEngineStalled", "5m", CRIT)]},
         {  # a wedged stub: healthy and idle, as last published, but its progress timestamp stopped at t=60 s;
@@ -162,7 +161,6 @@ SCENARIOS = {
             "input_series": [
                 {"series": f"{names.ENGINE_HEALTHY}{{{LABELS}}}", "values": "1x10"},
                 {"series": f"{names.ENGINE_LAST_PROGRESS_TIMESTAMP}{{{LABELS}}}", "values": "0 60x10"},
-                {"series": f"{names.REQUESTS_IN_FLIGHT}{{{LABELS}}}", "values": "0x10"},
                 {"series": f'{names.ENGINE_HEALTHY}{{{LABELS.replace("m_0_0", "live")}}}', "values": "1x10"},
                 {"series": f'{names.ENGINE_LAST_PROGRESS_TIMESTAMP}{{{LABELS.replace("m_0_0", "live")}}}',
                  "values": "0+60x10"},

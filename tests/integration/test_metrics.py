@@ -334,11 +334,18 @@ def test_backend_info_and_exporter_health(server):
     assert "metrics record failed" not in server.log_text() and "metrics publish failed" not in server.log_text()
 
 
-def test_the_last_record_is_a_unix_timestamp_of_the_last_engine_step(server):
+def test_liveness_is_a_unix_timestamp_of_engine_progress_and_the_old_name_keeps_the_last_step(server):
+    """The one liveness family (the stall alert's and the health dashboard's) is published with metrics on, the
+    health monitor off (vllm_infer): while idle each publish is progress, so it keeps up with the clock. The
+    deprecated last-record name still says when the engine last stepped."""
     before = time.time()
-    assert generate(server, "vllm_model", {"text_input": "Hi", "parameters": {"max_tokens": 2}})[0] == 200
-    last = value(snapshot(server), names.LAST_RECORD_TIMESTAMP, model="vllm_model")
+    assert generate(server, "vllm_infer", {"text_input": "Hi", "parameters": {"max_tokens": 2}})[0] == 200
+    last = value(snapshot(server), names.LAST_RECORD_TIMESTAMP, model="vllm_infer")
     assert before - 0.1 <= last <= time.time(), (before, last)  # our request's last step, or a later one
+    time.sleep(2.5)  # idle for more than two publish intervals
+    progress = value(snapshot(server), names.ENGINE_LAST_PROGRESS_TIMESTAMP, model="vllm_infer")
+    assert time.time() - 2 < progress <= time.time(), (progress, time.time())
+    assert progress - last > 1.5  # not the last step: the engine has been idle since
 
 
 def test_the_official_backends_eight_families_are_exported(server):

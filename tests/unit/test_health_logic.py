@@ -2,6 +2,7 @@
 
 import pytest
 
+from vllm_triton_observable.common.engine_activity import EngineActivity
 from vllm_triton_observable.common.errors import ConfigError
 from vllm_triton_observable.common.server_flags import explicit_model_control, flag_value, metrics_allowed
 from vllm_triton_observable.common.vocabulary import HealthState
@@ -43,14 +44,28 @@ def test_death_is_unhealthy_at_once_and_final():
     assert evaluator.state is HealthState.UNHEALTHY
 
 
-def test_stall_needs_requests_in_flight_and_no_step():
+def test_stall_needs_requests_in_flight_and_no_progress():
     evaluator = HealthEvaluator(SETTINGS)
-    assert evaluator.evaluate(Observation(now=100, inflight=0, last_step=1)) is None  # idle is not a stall
-    assert evaluator.evaluate(Observation(now=100, inflight=3, last_step=98, busy_since=90)) is None
-    assert evaluator.evaluate(Observation(now=100, inflight=3, last_step=50, busy_since=99)) is None  # just busy
-    transition = evaluator.evaluate(Observation(now=104, inflight=3, last_step=50, busy_since=99))
+    assert evaluator.evaluate(Observation(now=100, inflight=0, last_progress=1)) is None  # idle is not a stall
+    assert evaluator.evaluate(Observation(now=100, inflight=3, last_progress=98)) is None
+    assert evaluator.evaluate(Observation(now=100, inflight=3, last_progress=99)) is None  # just busy
+    transition = evaluator.evaluate(Observation(now=104, inflight=3, last_progress=99))
     assert transition.state is HealthState.UNHEALTHY
     assert "no engine progress for 5.0 s with 3 request(s)" in transition.cause
+
+
+def test_progress_is_the_later_of_the_last_step_and_the_start_of_the_busy_spell():
+    """One measure for the stall watchdog and the published liveness timestamp (common.engine_activity)."""
+    clock = iter([10.0, 20.0, 30.0, 31.0, 40.0, 50.0, 60.0]).__next__
+    activity = EngineActivity(clock)
+    assert activity.last_progress(0) == 10.0  # idle: now
+    assert activity.last_progress(2) == 20.0  # busy from now on: no step of its own yet
+    assert activity.last_progress(2) == 20.0  # clock 30: still the start of the busy spell
+    activity.stepped()  # clock 31
+    assert activity.last_progress(2) == 31.0  # clock 40: the last step
+    activity.new_engine()  # a replacement: neither the old step nor the old busy spell counts
+    assert activity.last_progress(2) == 50.0
+    assert activity.last_progress(0) == 60.0
 
 
 def test_probe_failures_degrade_then_fail_and_a_probe_alone_does_not_recover():
@@ -66,14 +81,15 @@ def test_a_probe_that_waits_behind_a_running_step_degrades_and_the_stall_watchdo
     """With requests in flight the EngineCore answers the probe only after its current step: a timeout then means
     a long step, not a hang, however many in a row; an idle engine's timeouts and any engine error still count."""
     evaluator = HealthEvaluator(SETTINGS)
-    busy = {"inflight": 2, "busy_since": 0.5, "probe_error": "no answer within 1 s", "probe_timed_out": True}
-    transition = evaluator.evaluate(Observation(now=1, last_step=0.9, **busy))
+    busy = {"inflight": 2, "probe_error": "no answer within 1 s", "probe_timed_out": True}
+    transition = evaluator.evaluate(Observation(now=1, last_progress=0.9, **busy))
     assert transition.state is HealthState.DEGRADED and "waited behind a long engine step" in transition.cause
-    assert evaluator.evaluate(Observation(now=2, last_step=0.9, **busy)) is None
-    assert evaluator.evaluate(Observation(now=3, last_step=0.9, **busy)) is None and evaluator.consecutive_failures == 0
-    assert evaluator.evaluate(Observation(now=3.5, inflight=2, last_step=3.4, probe_latency=0.2)).state is (
+    assert evaluator.evaluate(Observation(now=2, last_progress=0.9, **busy)) is None
+    assert evaluator.evaluate(Observation(now=3, last_progress=0.9, **busy)) is None
+    assert evaluator.consecutive_failures == 0
+    assert evaluator.evaluate(Observation(now=3.5, inflight=2, last_progress=3.4, probe_latency=0.2)).state is (
         HealthState.HEALTHY)  # the step ended and the probe was answered
-    transition = evaluator.evaluate(Observation(now=7, last_step=3.4, **busy))  # past the 3-s stall timeout
+    transition = evaluator.evaluate(Observation(now=7, last_progress=3.4, **busy))  # past the 3-s stall timeout
     assert transition.state is HealthState.UNHEALTHY and "no engine progress for 3.6 s" in transition.cause
 
     idle = HealthEvaluator(SETTINGS)
@@ -82,7 +98,7 @@ def test_a_probe_that_waits_behind_a_running_step_degrades_and_the_stall_watchdo
     assert transition.state is HealthState.UNHEALTHY and "2 consecutive engine probes failed" in transition.cause
     errors = HealthEvaluator(SETTINGS)  # busy, but the engine answered with an error: that is no long step
     for now in (1, 2):
-        transition = errors.evaluate(Observation(now=now, inflight=2, last_step=now, probe_error="EngineDeadError"))
+        transition = errors.evaluate(Observation(now=now, inflight=2, last_progress=now, probe_error="EngineDeadError"))
     assert transition.state is HealthState.UNHEALTHY
 
 

@@ -100,7 +100,7 @@ class FakeReport:
         self.latencies: list[float] = []
         self.restart_count = 0
 
-    def update(self, state: HealthState, failures: int, stalled_for: float) -> None:
+    def update(self, state: HealthState, failures: int) -> None:
         if not self.states or self.states[-1] is not state:
             self.states.append(state)
 

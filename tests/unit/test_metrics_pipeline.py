@@ -483,25 +483,37 @@ def test_exemplar_values_are_vllms_own_timings_of_the_request():
     assert request_values(None) == {}  # vLLM handed out no timings (stats off)
 
 
-def test_the_last_record_family_reads_the_engine_activity_its_logger_writes():
-    """One object says when the engine last stepped: written by its stat logger on every step (the backend's own
-    requests included), read by the last-record family (and the health monitor)."""
+def test_the_liveness_timestamp_reads_the_engine_activity_its_logger_writes():
+    """One object says when the engine last made progress: its stat logger writes every step (the backend's own
+    requests included), the progress family publishes it as Unix time (now while idle, the last step while busy),
+    and the deprecated last-record name keeps the last step."""
     import time
 
     from vllm_triton_observable.common.engine_activity import EngineActivity
     from vllm_triton_observable.metrics.backend_families import BackendFamilies, BackendInfo
 
-    activity = EngineActivity()
+    clock = [1000.0]
+    inflight = [0]
+    activity = EngineActivity(lambda: clock[0])
     registry, _, publisher, _ = setup()
-    families = BackendFamilies(registry, BackendInfo("0", "0", True, True), lambda: 0, activity)
-    families.refresh()
-    assert activity.last_step is None and exposition(registry)[(names.LAST_RECORD_TIMESTAMP, ())] == 0
+    families = BackendFamilies(registry, BackendInfo("0", "0", True, True), lambda: inflight[0], activity)
+
+    def stamps() -> tuple[float, float]:
+        families.refresh()
+        values = exposition(registry)
+        return values[(names.ENGINE_LAST_PROGRESS_TIMESTAMP, ())], values[(names.LAST_RECORD_TIMESTAMP, ())]
+
+    progress, record = stamps()
+    assert abs(progress - time.time()) < 1 and record == 0  # idle: progress is now; no step yet
+    inflight[0] = 2
+    stamps()  # the busy spell starts at 1000
     with activity.own_request():
         assert activity.serving_own_request
+        clock[0] = 1010.0
         activity.stat_logger_class()(None).record(None, None)
-    assert not activity.serving_own_request and activity.last_step is not None
-    families.refresh()
-    stamp = exposition(registry)[(names.LAST_RECORD_TIMESTAMP, ())]
-    assert abs(stamp - time.time()) < 5
+    assert not activity.serving_own_request and activity.last_step == 1010.0
+    clock[0] = 1100.0
+    progress, record = stamps()
+    assert abs(progress - (time.time() - 90)) < 1 and abs(record - progress) < 1e-3  # stalled 90 s
     activity.new_engine()
     assert activity.last_step is None
