@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from observability.config import Config, LatencySLO
+from observability.config import Config
 from vllm_triton_observable.metrics import names
 
 # Grouping labels: Prometheus' target labels, then the backend's. FLEET is a model over all its replicas (the
@@ -19,7 +19,6 @@ FLEET = f"job, {names.MODEL}"
 MODEL = f"job, instance, {names.MODEL}"
 INSTANCE = f"{MODEL}, {names.MODEL_INSTANCE}"
 ENGINE = f"{INSTANCE}, {names.ENGINE}"
-SLO_WINDOWS = ("5m", "30m", "1h", "2h", "6h", "1d", "3d")
 
 
 @dataclass(frozen=True)
@@ -59,10 +58,6 @@ def paging(warning: Alert, expr: str, for_: str) -> list[Alert]:
 def selector(config: Config, extra: str = "") -> str:
     parts = [p for p in (config.triton_selector, extra) if p]
     return "{" + ", ".join(parts) + "}" if parts else ""
-
-
-def slo_record(slo: LatencySLO, window: str) -> str:
-    return f"job_model:vllm_triton_slo_{slo.name.lower()}_errors:ratio_rate{window}"
 
 
 def enough_traffic(config: Config, counter: str, window: str, extra: str = "") -> str:

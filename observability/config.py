@@ -1,14 +1,20 @@
 """One config of selectors, thresholds and SLOs feeding the dashboards, the alert rules and the runbook.
 
-Like kubernetes-mixin's `_config`: change a threshold or an SLO here (or in a copy passed to the builders) and
-regenerate with `make dashboards alerts`; nothing else repeats these numbers.
+Like kubernetes-mixin's `_config`: change a value here (or in a copy passed to the builders) and regenerate with
+`make generate`; nothing else repeats these numbers. What dashboards and alerts share is a field here (the
+selector, the SLOs, the thresholds a dashboard draws as well). What only one alert group reads, that group declares
+itself, as a frozen `Thresholds` dataclass in its module under alerts/groups/ — as a mixin's alert file adds its
+own `_config+::` defaults — and a copy given in `group_thresholds` replaces its defaults.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
 from vllm_triton_observable.metrics import names
+
+T = TypeVar("T")
 
 # vLLM 0.32's buckets for the SLO histograms, written here so that `make dashboards` and `make alerts` need no
 # engine; tests/integration/test_dashboards.py fails when the installed vLLM's differ.
@@ -43,15 +49,6 @@ class LatencySLO:
 
 
 @dataclass(frozen=True)
-class BurnWindow:
-    severity: str
-    long: str
-    short: str
-    factor: float
-    for_: str
-
-
-@dataclass(frozen=True)
 class Config:
     # Prometheus selector of the Triton targets, in every alert and recording rule and in the dashboards' `job`
     # variable. The default matches scrape jobs whose name contains "triton" (e.g. `triton`, or a Kubernetes
@@ -59,34 +56,15 @@ class Config:
     # or any other target; set it to your own job's selector (e.g. 'job="my-llm"') if its name differs.
     triton_selector: str = 'job=~".*triton.*"'
 
+    # Thresholds the dashboards draw as well as the alerts fire on (alerts/groups/saturation.py, errors.py).
     # A full KV cache is how vLLM runs under load: it warns at most. Queueing and preemptions, which users feel,
     # are the paging signals (alerts/runbook.md, VllmKVCacheHigh).
     kv_cache_warning: float = 0.90
-    kv_cache_warning_for: str = "10m"
-    waiting_requests_warning: float = 50
-    waiting_requests_for: str = "5m"
-    waiting_requests_critical: float = 200
-    waiting_requests_critical_for: str = "10m"
-    preemptions_per_s_warning: float = 1.0
-    preemptions_for: str = "5m"
-    preemptions_per_s_critical: float = 10.0
-    preemptions_critical_for: str = "10m"
-    # A ratio alert (error ratio, SLO burn) needs this many requests in its window, summed over the replicas of a
-    # model: one slow or failed request on an idle model is not a burning budget.
-    min_requests: int = 20
     error_ratio_warning: float = 0.01
-    error_ratio_warning_for: str = "10m"
     error_ratio_critical: float = 0.05
-    error_ratio_critical_for: str = "2m"
-    stall_seconds: float = 120.0  # requests in flight and no engine step for this long
-    stall_for: str = "1m"
-    unhealthy_for: str = "1m"
-    # With HEALTH_RECOVERY=restart an engine is healthy again within `unhealthy_for`: restarts are what page then.
-    crash_loop_restarts: int = 3  # engine restarts within crash_loop_window
-    crash_loop_window: str = "1h"
-    absent_for: str = "5m"
-    target_down_for: str = "5m"
-    metrics_errors_for: str = "5m"
+    # A ratio alert (error ratio, SLO burn; two groups) needs this many requests in its window, summed over the
+    # replicas of a model: one slow or failed request on an idle model is not a burning budget.
+    min_requests: int = 20
 
     slos: tuple[LatencySLO, ...] = (
         LatencySLO("TTFT", names.VLLM_TTFT, 2.5, TTFT_BUCKETS,
@@ -96,13 +74,8 @@ class Config:
         LatencySLO("EndToEnd", names.VLLM_E2E_LATENCY, 60.0, REQUEST_LATENCY_BUCKETS,
                    description="end-to-end request latency"),
     )
-    # Multi-window multi-burn-rate alerting (Google SRE workbook), for a 30-day objective.
-    burn_windows: tuple[BurnWindow, ...] = (
-        BurnWindow("critical", "1h", "5m", 14.4, "2m"),
-        BurnWindow("critical", "6h", "30m", 6, "15m"),
-        BurnWindow("warning", "1d", "2h", 3, "1h"),
-        BurnWindow("warning", "3d", "6h", 1, "3h"),
-    )
+    # Replacements for alert groups' own thresholds: e.g. `(engine_health.Thresholds(stall_seconds=60),)`.
+    group_thresholds: tuple[object, ...] = ()
     # Absolute links, because alerts are read in Alertmanager, Slack or PagerDuty, where a relative link is dead.
     # The defaults are placeholders on a reserved domain: set them to where your copy of alerts/runbook.md is
     # browsable and to your Grafana's dashboard path, then `make alerts`.
@@ -118,6 +91,10 @@ class Config:
     service_monitor_labels: tuple[tuple[str, str], ...] = (("prometheus", "k8s"),)
     grafana_dashboard_label: tuple[str, str] = ("grafana_dashboard", "1")
     scrape_interval: str = "15s"
+
+    def thresholds(self, defaults: T) -> T:
+        """An alert group's thresholds: the copy of their class in `group_thresholds`, else the group's defaults."""
+        return next((t for t in self.group_thresholds if type(t) is type(defaults)), defaults)
 
 
 DEFAULT = Config()

@@ -1,7 +1,9 @@
 """The alert groups, one module each, composed in one list (like kubernetes-mixin's one file per alert group).
 
-Each module turns the thresholds of `observability.config.Config` into its alerts; the renderers take the
-composed list. Adding an alert is one entry in one module; adding a group is one module and one line here.
+Each module declares its own thresholds (a frozen `Thresholds` dataclass, replaceable through
+`Config.group_thresholds`) and reads the shared ones — the selector, the SLOs, what the dashboards draw too — from
+`observability.config.Config`; the renderers take the composed list. Adding an alert is one entry in one module,
+with its thresholds beside it; adding a group is one module and one line here.
 """
 
 from __future__ import annotations

@@ -2,26 +2,39 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from alerts.definitions import INSTANCE, Alert, selector
 from observability.config import Config, DashboardUID
 from observability.promql import age
 from vllm_triton_observable.metrics import names
 
 
+@dataclass(frozen=True)
+class Thresholds:
+    stall_seconds: float = 120.0  # requests in flight and no engine progress for this long
+    stall_for: str = "1m"
+    unhealthy_for: str = "1m"
+    # With HEALTH_RECOVERY=restart an engine is healthy again within `unhealthy_for`: restarts are what page then.
+    crash_loop_restarts: int = 3  # engine restarts within crash_loop_window
+    crash_loop_window: str = "1h"
+
+
 def alerts(config: Config) -> list[Alert]:
+    t = config.thresholds(Thresholds())
     s = selector(config)  # the Triton targets, in every expression
-    stall = f"{config.stall_seconds:g}"
+    stall = f"{t.stall_seconds:g}"
     no_progress = age(names.ENGINE_LAST_PROGRESS_TIMESTAMP, config.triton_selector, INSTANCE)
     return [
         Alert(
             name="VllmEngineUnhealthy",
             expr=f"1 - max by ({INSTANCE}) ({names.ENGINE_HEALTHY}{s}) > 0",
-            for_=config.unhealthy_for,
+            for_=t.unhealthy_for,
             severity="critical",
             summary="A vLLM engine is unhealthy and its model refuses requests.",
             description=(
                 "Engine of {{ $labels.model_instance }} ({{ $labels.model }}) on {{ $labels.instance }} has been "
-                "unhealthy for " + config.unhealthy_for + ": requests fail with UNAVAILABLE."),
+                "unhealthy for " + t.unhealthy_for + ": requests fail with UNAVAILABLE."),
             meaning=(
                 "The health monitor found the engine dead, hung (no progress with requests in flight for "
                 "HEALTH_STALL_TIMEOUT_S) or, while idle, not answering its probes. Requests to this model instance "
@@ -38,14 +51,14 @@ def alerts(config: Config) -> list[Alert]:
         ),
         Alert(
             name="VllmEngineCrashLoop",
-            expr=(f"sum by ({INSTANCE}) (increase({names.ENGINE_RESTARTS}{s}[{config.crash_loop_window}])) "
-                  f">= {config.crash_loop_restarts}"),
+            expr=(f"sum by ({INSTANCE}) (increase({names.ENGINE_RESTARTS}{s}[{t.crash_loop_window}])) "
+                  f">= {t.crash_loop_restarts}"),
             for_="0m",
             severity="critical",
             summary="A vLLM engine keeps being replaced.",
             description=(
                 "The engine of {{ $labels.model_instance }} ({{ $labels.model }}) on {{ $labels.instance }} was "
-                "restarted {{ $value }} times within " + config.crash_loop_window + "."),
+                "restarted {{ $value }} times within " + t.crash_loop_window + "."),
             meaning=(
                 "The health monitor keeps recovering the engine (HEALTH_RECOVERY=restart), and something keeps "
                 "killing or hanging it again. Each restart fails the requests in flight and refuses new ones for "
@@ -69,7 +82,7 @@ def alerts(config: Config) -> list[Alert]:
             # VllmEngineUnhealthy's; `unless` keeps the rule working where the health monitor is off.
             expr=(f"({no_progress} > {stall}) unless on ({INSTANCE}) "
                   f"(max by ({INSTANCE}) ({names.ENGINE_HEALTHY}{s}) == 0)"),
-            for_=config.stall_for,
+            for_=t.stall_for,
             severity="critical",
             summary="A vLLM engine, or the backend serving it, makes no progress.",
             description=(

@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from alerts.definitions import INSTANCE, Alert, selector
 from observability.config import Config, DashboardUID
 from vllm_triton_observable.metrics import names
 
 
+@dataclass(frozen=True)
+class Thresholds:
+    metrics_errors_for: str = "5m"
+
+
 def alerts(config: Config) -> list[Alert]:
+    t = config.thresholds(Thresholds())
     s = selector(config)  # the Triton targets, in every expression
     return [
         Alert(
             name="VllmMetricsErrors",
             expr=f"sum by ({INSTANCE}, {names.STAGE}) (increase({names.METRICS_ERRORS}{s}[10m])) > 0",
-            for_=config.metrics_errors_for,
+            for_=t.metrics_errors_for,
             severity="warning",
             summary="The backend's metrics path fails.",
             description=(

@@ -2,12 +2,30 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from alerts.definitions import ENGINE, INSTANCE, Alert, paging, selector
 from observability.config import Config, DashboardUID
 from vllm_triton_observable.metrics import names
 
 
+@dataclass(frozen=True)
+class Thresholds:
+    """Besides Config's kv_cache_warning, which the dashboards draw too."""
+
+    kv_cache_warning_for: str = "10m"
+    waiting_requests_warning: float = 50
+    waiting_requests_for: str = "5m"
+    waiting_requests_critical: float = 200
+    waiting_requests_critical_for: str = "10m"
+    preemptions_per_s_warning: float = 1.0
+    preemptions_for: str = "5m"
+    preemptions_per_s_critical: float = 10.0
+    preemptions_critical_for: str = "10m"
+
+
 def alerts(config: Config) -> list[Alert]:
+    t = config.thresholds(Thresholds())
     s = selector(config)  # the Triton targets, in every expression
     kv = f"max by ({ENGINE}) ({names.VLLM_KV_CACHE_USAGE}{s})"
     waiting = f"sum by ({INSTANCE}) ({names.VLLM_WAITING}{s})"
@@ -16,7 +34,7 @@ def alerts(config: Config) -> list[Alert]:
         Alert(
             name="VllmKVCacheHigh",
             expr=f"{kv} > {config.kv_cache_warning:g}",
-            for_=config.kv_cache_warning_for,
+            for_=t.kv_cache_warning_for,
             severity="warning",
             summary="A vLLM engine's KV cache is nearly full.",
             description=(
@@ -36,8 +54,8 @@ def alerts(config: Config) -> list[Alert]:
         ),
         *paging(Alert(
             name="VllmRequestsQueueing",
-            expr=f"{waiting} > {config.waiting_requests_warning:g}",
-            for_=config.waiting_requests_for,
+            expr=f"{waiting} > {t.waiting_requests_warning:g}",
+            for_=t.waiting_requests_for,
             severity="warning",
             summary="Requests are queueing in a vLLM engine.",
             description="{{ $value }} requests wait in {{ $labels.model_instance }} on {{ $labels.instance }}.",
@@ -46,11 +64,11 @@ def alerts(config: Config) -> list[Alert]:
             action="Scale out (more instances or replicas), or reduce prompt/generation lengths.",
             dashboard=DashboardUID.SATURATION,
             panel="Waiting requests by reason",
-        ), f"{waiting} > {config.waiting_requests_critical:g}", config.waiting_requests_critical_for),
+        ), f"{waiting} > {t.waiting_requests_critical:g}", t.waiting_requests_critical_for),
         *paging(Alert(
             name="VllmHighPreemptionRate",
-            expr=f"{preemptions} > {config.preemptions_per_s_warning:g}",
-            for_=config.preemptions_for,
+            expr=f"{preemptions} > {t.preemptions_per_s_warning:g}",
+            for_=t.preemptions_for,
             severity="warning",
             summary="A vLLM engine preempts requests often.",
             description="{{ $labels.model_instance }} preempts {{ $value | humanize }} requests/s.",
@@ -61,5 +79,5 @@ def alerts(config: Config) -> list[Alert]:
             action="Give the engine more KV cache or admit fewer concurrent sequences (max_num_seqs).",
             dashboard=DashboardUID.SATURATION,
             panel="Preemptions/s",
-        ), f"{preemptions} > {config.preemptions_per_s_critical:g}", config.preemptions_critical_for),
+        ), f"{preemptions} > {t.preemptions_per_s_critical:g}", t.preemptions_critical_for),
     ]

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from alerts.definitions import Alert, selector
 from observability.config import Config, DashboardUID
 from vllm_triton_observable.metrics import names
 
 
+@dataclass(frozen=True)
+class Thresholds:
+    absent_for: str = "5m"
+    target_down_for: str = "5m"
+
+
 def alerts(config: Config) -> list[Alert]:
+    t = config.thresholds(Thresholds())
     s = selector(config)  # the Triton targets, in every expression
     return [
         Alert(
@@ -15,7 +24,7 @@ def alerts(config: Config) -> list[Alert]:
             expr=(
                 f"(up{s} == 1) unless on (job, instance) group by (job, instance) "
                 f"({names.VLLM_RUNNING}{s})"),
-            for_=config.absent_for,
+            for_=t.absent_for,
             severity="warning",
             summary="A Triton target is up but exports no vLLM metrics.",
             description="{{ $labels.instance }} ({{ $labels.job }}) is scraped but has no vllm: series.",
@@ -35,7 +44,7 @@ def alerts(config: Config) -> list[Alert]:
         Alert(
             name="TritonTargetDown",
             expr=f"1 - up{s} > 0",
-            for_=config.target_down_for,
+            for_=t.target_down_for,
             severity="critical",
             summary="A Triton metrics target is down.",
             description="Prometheus cannot scrape {{ $labels.instance }} ({{ $labels.job }}).",

@@ -2,10 +2,46 @@
 
 from __future__ import annotations
 
-from alerts.definitions import FLEET, SLO_WINDOWS, Alert, RecordingRule, enough_traffic, selector, slo_record
-from observability.config import Config, DashboardUID
+from dataclasses import dataclass
+
+from alerts.definitions import FLEET, Alert, RecordingRule, enough_traffic, selector
+from observability.config import Config, DashboardUID, LatencySLO
 from observability.promql import le_matcher
 from vllm_triton_observable.metrics.registry import triton_le_label
+
+
+@dataclass(frozen=True)
+class BurnWindow:
+    severity: str
+    long: str
+    short: str
+    factor: float
+    for_: str
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    # Multi-window multi-burn-rate alerting (Google SRE workbook), for a 30-day objective. The objectives themselves
+    # are Config.slos: the dashboards draw them too.
+    burn_windows: tuple[BurnWindow, ...] = (
+        BurnWindow("critical", "1h", "5m", 14.4, "2m"),
+        BurnWindow("critical", "6h", "30m", 6, "15m"),
+        BurnWindow("warning", "1d", "2h", 3, "1h"),
+        BurnWindow("warning", "3d", "6h", 1, "3h"),
+    )
+
+
+SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def windows(thresholds: Thresholds) -> list[str]:
+    """Every window a burn-rate alert reads, shortest first: each gets a recording rule per SLO."""
+    found = {w for b in thresholds.burn_windows for w in (b.long, b.short)}
+    return sorted(found, key=lambda w: float(w[:-1]) * SECONDS[w[-1]])
+
+
+def slo_record(slo: LatencySLO, window: str) -> str:
+    return f"job_model:vllm_triton_slo_{slo.name.lower()}_errors:ratio_rate{window}"
 
 
 def recording_rules(config: Config) -> list[RecordingRule]:
@@ -14,7 +50,7 @@ def recording_rules(config: Config) -> list[RecordingRule]:
         le = le_matcher(triton_le_label(slo.threshold_s))
         good = f"{slo.histogram}_bucket{selector(config, le)}"
         total = f"{slo.histogram}_count{selector(config)}"
-        for window in SLO_WINDOWS:
+        for window in windows(config.thresholds(Thresholds())):
             rules.append(RecordingRule(slo_record(slo, window), (
                 f"1 - (sum by ({FLEET}) (rate({good}[{window}])) / "
                 f"(sum by ({FLEET}) (rate({total}[{window}])) > 0))")))
@@ -25,7 +61,7 @@ def alerts(config: Config) -> list[Alert]:
     found = []
     for slo in config.slos:
         budget = 1 - slo.objective
-        for window in config.burn_windows:
+        for window in config.thresholds(Thresholds()).burn_windows:
             found.append(Alert(
                 name=f"Vllm{slo.name}ErrorBudgetBurn",
                 expr=(

@@ -345,3 +345,26 @@ def test_annotations_expand(tmp_path):
     (tmp_path / "test.yaml").write_text(yaml.safe_dump(tests))
     result = promtool("test", "rules", str(tmp_path / "test.yaml"))
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_group_declares_its_thresholds_and_one_config_replaces_them():
+    """A group's own thresholds live in its module; a copy in Config.group_thresholds changes that group's rules and
+    nothing else, and the SLO group records every window its (replaced) burn windows read."""
+    from alerts.groups import alerts, engine_health, recording_rules, slo
+    from observability.config import DEFAULT
+
+    default = {a.name + a.severity: a for a in alerts(DEFAULT)}
+    config = dataclasses.replace(DEFAULT, group_thresholds=(
+        engine_health.Thresholds(stall_seconds=7, stall_for="2m"),
+        slo.Thresholds(burn_windows=(slo.BurnWindow("critical", "4h", "10m", 10, "1m"),))))
+    changed = {a.name + a.severity: a for a in alerts(config)}
+    stalled = changed["VllmEngineStalledcritical"]
+    assert "> 7)" in stalled.expr and stalled.for_ == "2m"
+    assert "> 120)" in default["VllmEngineStalledcritical"].expr
+    differ = {key for key in default.keys() | changed.keys() if default.get(key) != changed.get(key)}
+    assert "VllmEngineStalledcritical" in differ
+    assert {key for key in differ if not key.startswith(("VllmTTFT", "VllmInterToken", "VllmEndToEnd"))} == {
+        "VllmEngineStalledcritical"}
+    assert {r.record.rsplit("rate", 1)[1] for r in recording_rules(config)} == {"10m", "4h"}
+    assert [r.record.rsplit("rate", 1)[1] for r in recording_rules(DEFAULT)][:7] == [
+        "5m", "30m", "1h", "2h", "6h", "1d", "3d"]

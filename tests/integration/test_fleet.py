@@ -20,7 +20,8 @@ from helpers import BASE_ENGINE, ROOT, engine_of, generate, generate_stream, ser
 from prometheus_server import Prometheus, generated_rules, substitute
 from triton_launcher import TritonServer, write_model
 
-from observability.config import DEFAULT, BurnWindow
+from alerts.groups import engine_health, slo
+from observability.config import DEFAULT
 from vllm_triton_observable.metrics import names
 
 MODEL = "vllm_model"
@@ -80,8 +81,9 @@ def test_a_two_replica_fleet_shows_true_values_and_a_fault_pages_for_its_replica
     # Rules as generated, with test-sized knobs: a TTFT SLO at vLLM's smallest bucket (1 ms, which every request
     # misses) and a fast-burn window without `for`, so the fleet's SLO burns; unhealthy after 1 s.
     ttft = dataclasses.replace(DEFAULT.slos[0], threshold_s=DEFAULT.slos[0].buckets[0])
-    rules = generated_rules(tmp_path, unhealthy_for="1s", slos=(ttft,), min_requests=5,
-                            burn_windows=(BurnWindow("critical", "1h", "5m", 14.4, "0s"),))
+    rules = generated_rules(tmp_path, slos=(ttft,), min_requests=5, group_thresholds=(
+        engine_health.Thresholds(unhealthy_for="1s"),
+        slo.Thresholds(burn_windows=(slo.BurnWindow("critical", "1h", "5m", 14.4, "0s"),))))
     targets = [f"127.0.0.1:{server.metrics_port}" for server in fleet]
     with Prometheus(tmp_path, targets, [rules]) as prometheus:
         began = time.monotonic()

@@ -31,6 +31,7 @@ from helpers import (
 from prometheus_server import Prometheus, generated_rules
 from triton_launcher import gpu_present
 
+from alerts.groups import engine_health, errors
 from observability.promql import error_ratio
 from vllm_triton_observable.health.monitor import UNHEALTHY_ANSWER
 from vllm_triton_observable.metrics import names
@@ -103,7 +104,8 @@ def test_sigkill_enginecore_under_load_with_restart(explicit_server, tmp_path):
     assert metric(explicit_server, names.ENGINE_HEALTHY, model) == 1
     ipc = ipc_directory(stub_of(explicit_server, model))
     first_engine = {p.parent.name for p in ipc_sockets(ipc)}
-    rules = generated_rules(tmp_path, unhealthy_for="1s", crash_loop_restarts=1)
+    rules = generated_rules(tmp_path, group_thresholds=(
+        engine_health.Thresholds(unhealthy_for="1s", crash_loop_restarts=1),))
     with Prometheus(tmp_path, [f"127.0.0.1:{explicit_server.metrics_port}"], [rules]) as prometheus:
         prometheus.wait_for_scrapes(3)
         assert not [a for a in prometheus.alerts() if a["labels"]["alertname"] == "VllmEngineUnhealthy"]
@@ -214,7 +216,7 @@ def test_a_wedged_stub_goes_stale_and_pages_as_stalled(explicit_server, tmp_path
         return time.time() - metric(explicit_server, names.ENGINE_LAST_PROGRESS_TIMESTAMP, model)
 
     assert age() < 3  # idle and watched: the timestamp keeps up
-    rules = generated_rules(tmp_path, stall_seconds=3.0, stall_for="1s")
+    rules = generated_rules(tmp_path, group_thresholds=(engine_health.Thresholds(stall_seconds=3.0, stall_for="1s"),))
     with Prometheus(tmp_path, [f"127.0.0.1:{explicit_server.metrics_port}"], [rules]) as prometheus:
         prometheus.wait_for_scrapes(3)
 
@@ -241,7 +243,8 @@ def test_monitor_off_keeps_the_official_behaviour_and_the_error_ratio_sees_it(ex
     model = "h_off"
     assert names.ENGINE_HEALTHY not in {
         s.name for f in scrape(explicit_server).values() for s in f.samples if s.labels.get("model") == model}
-    rules = generated_rules(tmp_path, error_ratio_critical_for="1s", min_requests=1)  # a handful of requests here
+    rules = generated_rules(tmp_path, min_requests=1,  # a handful of requests here
+                            group_thresholds=(errors.Thresholds(error_ratio_critical_for="1s"),))
     with Prometheus(tmp_path, [f"127.0.0.1:{explicit_server.metrics_port}"], [rules]) as prometheus:
         prometheus.wait_for_scrapes(3)
         triton_failures = metric(explicit_server, names.TRITON_FAILURE, model)
