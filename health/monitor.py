@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -58,19 +57,18 @@ class HealthMonitor:
         report: Report | None = None,
         unload: Callable[[], None] | None = None,
         incidents: Incidents | None = None,
-        clock: Callable[[], float] = time.monotonic,
         pause: Callable[[float], bool] | None = None,
     ) -> None:
-        """`clock`: the monotonic time every decision reads (the activity's own clock must be the same);
+        """Every decision reads the activity's clock (monotonic), the one its progress is measured on;
         `pause(seconds)`: the restart backoff's wait, True when the monitor was stopped meanwhile (default: on
-        the stop event). Tests pass a fake pair and tick by hand."""
+        the stop event). Tests give the activity a fake clock, pass its pause, and tick by hand."""
         self.settings = settings
         self.evaluator = HealthEvaluator(settings)
         self._model = model_name
         self._engine = engine
         self._requests = requests
         self._activity = activity
-        self._clock = clock
+        self._clock = activity.now
         self._log = log
         self._report = report
         self._unload = unload

@@ -137,7 +137,7 @@ def monitor(recovery: Recovery, unload=None, incidents=None, real_time=False, **
     engine = FakeEngine(clock or time.monotonic)
     requests, report, log = FakeRequests(), FakeReport(), Log()
     settings = HealthSettings(**{**FAST, "recovery": recovery, **overrides})
-    timing = {} if clock is None else {"clock": clock, "pause": clock.pause}
+    timing = {} if clock is None else {"pause": clock.pause}
     m = HealthMonitor(settings, "m", engine=engine, requests=requests,
                       activity=EngineActivity(clock or time.monotonic), log=log, report=report, unload=unload,
                       incidents=incidents, **timing)
