@@ -596,12 +596,15 @@ async def start_direct():
 
 
 async def stop_direct(engine) -> None:
-    """Shut the engine down and let its output handler finish before the loop closes."""
+    """Shut the engine down and let its output handler finish (for up to a minute) before the loop closes. Run as
+    the loop's only task: every other task is the engine's and is cancelled (under Python 3.11's `wait_for`, a
+    wrapper around this coroutine would be one of them and end the stop with CancelledError)."""
     engine.shutdown()
     pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
     for task in pending:
         task.cancel()
-    await asyncio.gather(*pending, return_exceptions=True)
+    if pending:
+        await asyncio.wait(pending, timeout=60)
 
 
 def table(results: dict, ratios: dict) -> str:
@@ -750,10 +753,19 @@ def stop_everything(engine: Any, loop: asyncio.AbstractEventLoop, servers: dict[
                     sink: subprocess.Popen | None) -> None:
     """The in-process engine, then every server at once (each shuts its engines down in seconds), then the sink;
     after a failure as after a run, so that nothing the benchmark started outlives it."""
-    if engine is not None:
-        with contextlib.suppress(Exception):
-            loop.run_until_complete(asyncio.wait_for(stop_direct(engine), 60))
-    loop.close()
+    try:
+        if engine is not None:
+            loop.run_until_complete(stop_direct(engine))
+        loop.close()
+    except Exception as exc:
+        say(f"the direct engine did not stop cleanly: {type(exc).__name__}: {exc}")
+    finally:  # the servers are stopped whatever happened before
+        stop_servers(servers)
+        if sink is not None:
+            sink.terminate()
+
+
+def stop_servers(servers: dict[str, Any]) -> None:
     stoppers = [threading.Thread(target=server.stop, name=f"stop-{name}") for name, server in servers.items()]
     for stopper in stoppers:
         stopper.start()
@@ -763,8 +775,6 @@ def stop_everything(engine: Any, loop: asyncio.AbstractEventLoop, servers: dict[
         if not getattr(server, "stopped_cleanly", True):  # a backend or Triton regression: say it
             say(f"the {name} tritonserver did not stop cleanly: had to kill {server.forced_kills}, "
                 f"to remove {server.removed_shm}; the end of its log ({server.log_path}):\n{server.tail(12)}")
-    if sink is not None:
-        sink.terminate()
 
 
 def main(argv: list[str]) -> int:

@@ -29,13 +29,13 @@ from helpers import (
     wait_until,
     write_model,
 )
-from triton_launcher import TritonServer, shm_in_use
+from triton_launcher import OUTLIVE_BOUND_S, TritonServer, shm_in_use
 
 MODEL = "victim"
 # Found dead at once (vLLM's process sentinel), a new engine in place after half a second.
 PARAMS = {"REPORT_CUSTOM_METRICS": "true", "ENABLE_VLLM_HEALTH_CHECK": "true", "HEALTH_RECOVERY": "restart",
           "HEALTH_RESTART_BACKOFF_S": "0.5", "HEALTH_RESTART_MAX_ATTEMPTS": "3"}
-GONE_BOUND_S = 30.0  # every process ended and everything it had freed, on two busy cores
+GONE_BOUND_S = OUTLIVE_BOUND_S  # every process ended and everything it had freed, on two busy cores
 REPEAT = 2
 
 
@@ -169,3 +169,30 @@ def test_a_killed_tritonserver_takes_its_model_with_it(repo, busy_machine, recor
     took = kill_under_load(repo, "tritonserver")
     record_property("report", f"residue: SIGKILL of tritonserver under load, busy machine: all gone after "
                               f"{', '.join(f'{t:.1f}' for t in took)} s (bound {GONE_BOUND_S:g} s)")
+
+
+def test_a_stub_triton_kills_at_shutdown_leaves_nothing_behind(repo, busy_machine, record_property):
+    """Before Triton 2.51 unloads a model instance it asks the stub for a sign of life within one second
+    (python_backend's UpdateHealth); a stub that gives none — starved of CPU on a busy host, here stopped with
+    SIGSTOP — is SIGKILLed without its finalize, so the backend never shuts its engine down. The engine watch does:
+    every process of the model ends on its own, after the server, within the bound, and the launcher, which waits
+    that long, finds nothing to kill or unlink."""
+    took, outlived = [], []
+    for _ in range(REPEAT):
+        triton = TritonServer(repo, env=server_env()).start()
+        try:
+            triton.wait_ready(timeout=900)
+            stub = stub_of(triton, MODEL)
+            instance = Footprint.of([stub, *engine_of(stub)], ipc_directory(stub))
+            instance.shm -= {a for a in stub.cmdline() if "shm_region" in a}  # the server's, unlinked as it exits
+            stub.send_signal(signal.SIGSTOP)
+            stopped = time.monotonic()
+        finally:
+            triton.stop()
+        assert "engine shut down in" not in triton.log_text()  # Triton killed the stub: no finalize ran
+        assert triton.stopped_cleanly, (triton.forced_kills, triton.removed_shm)
+        took.append(instance.gone_within(GONE_BOUND_S, stopped))
+        outlived.append(triton.outlived_s)
+    record_property("report", f"residue: a stub Triton kills at shutdown (SIGSTOP, busy machine): all gone after "
+                              f"{', '.join(f'{t:.1f}' for t in took)} s, outliving the server by "
+                              f"{', '.join(f'{t:.1f}' for t in outlived)} s (bound {GONE_BOUND_S:g} s)")

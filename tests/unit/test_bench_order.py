@@ -1,8 +1,11 @@
 """make bench's round order: over an even number of rounds every configuration runs as often before a partner as
-after it, so a position in the round biases no ratio; and --engine-args as vllm serve's flags."""
+after it, so a position in the round biases no ratio; --engine-args as vllm serve's flags; and the in-process
+engine's stop, which must end with the loop's other tasks cancelled, not with itself cancelled."""
+
+import asyncio
 
 import bench
-from bench import ON_OFF, SERVING, round_order, serve_flag
+from bench import ON_OFF, SERVING, round_order, serve_flag, stop_everything
 
 CONFIGS = list(bench.CONFIGS)
 
@@ -25,3 +28,19 @@ def test_engine_arguments_become_vllm_serve_flags():
     assert serve_flag("enable_prefix_caching", False) == ["--no-enable-prefix-caching"]
     assert serve_flag("enable_chunked_prefill", True) == ["--enable-chunked-prefill"]
     assert serve_flag("compilation_config", {"mode": 0}) == ["--compilation-config", '{"mode": 0}']
+
+
+def test_the_direct_engine_stop_cancels_the_engine_tasks_and_returns():
+    """The engine's own tasks (its output handler) are cancelled and awaited; the stop itself completes (under
+    Python 3.11 a `wait_for` around it made it cancel its own wrapper and end the bench with CancelledError,
+    before the servers were stopped)."""
+    class Engine:
+        stopped = False
+
+        def shutdown(self) -> None:
+            self.stopped = True
+
+    engine, loop = Engine(), asyncio.new_event_loop()
+    handler = loop.create_task(asyncio.sleep(3600))  # an output handler that would wait forever
+    stop_everything(engine, loop, {}, None)
+    assert engine.stopped and handler.cancelled() and loop.is_closed()
