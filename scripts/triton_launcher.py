@@ -121,7 +121,7 @@ class ServerFailed(RuntimeError):
 # stub or server that ended without unloading (docs/health.md; tests/integration/test_residue.py measures it). One
 # orderly exit leaves nothing: Triton waits for the stub, the stub for its engine. But on a host starved of CPU,
 # Triton 2.51 may find the stub unhealthy at unload (python_backend asks it for a sign of life within one second)
-# and SIGKILL it without its finalize; the engine watch then shuts the engine down, 4-5 s after the server's exit on
+# and SIGKILL it without its finalize; the engine watch then shuts the engine down, 4-8 s after the server's exit on
 # two busy cores (test_residue.py provokes it).
 OUTLIVE_BOUND_S = 30.0
 
@@ -230,7 +230,9 @@ class TritonServer:
             except subprocess.TimeoutExpired:
                 pass
         exited = time.monotonic()
-        deadline = exited + OUTLIVE_BOUND_S  # children still exiting on their own are not leaks
+        # After a server that exited, its model's processes still ending on their own are not leaks; the group of
+        # one that did not exit is killed at once.
+        deadline = exited + (OUTLIVE_BOUND_S if self.process.poll() is not None else 0.0)
         while (members := self._group_members(pgid)) and time.monotonic() < deadline:
             time.sleep(0.1)
         self.outlived_s = time.monotonic() - exited
