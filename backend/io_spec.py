@@ -44,8 +44,8 @@ OUTPUTS: list[dict[str, Any]] = [
 
 
 def complete_config(config: Any) -> Any:
-    """Fill in a `pb_utils.ModelConfig`: decoupled unless config.pbtxt chose, no Triton batching, every missing
-    input/output."""
+    """Fill in a `pb_utils.ModelConfig`: decoupled unless config.pbtxt chose, no Triton batching unless
+    config.pbtxt asks for batched admission, every missing input/output."""
     current = config.as_dict()
     have_inputs = {i["name"] for i in current.get("input", [])}
     have_outputs = {o["name"] for o in current.get("output", [])}
@@ -60,6 +60,12 @@ def complete_config(config: Any) -> Any:
     # `infer()` and ensembles, one response per request.
     if "model_transaction_policy" not in current:
         config.set_model_transaction_policy({"decoupled": True})
-    # vLLM batches on its own, so Triton must not.
-    config.set_max_batch_size(0)
+    if current.get("max_batch_size", 0) > 0:
+        # Batched admission, the operator's opt-in (docs/serving.md, "Batched admission"): Triton's dynamic
+        # batcher hands the stub every request queued meanwhile in one execute() instead of one round trip each.
+        # vLLM still does the batching that matters; clients of infer/stream_infer send a batch dimension of 1.
+        config.set_dynamic_batching()
+    else:
+        # The official backend's contract: no batch dimension, one request per execute().
+        config.set_max_batch_size(0)
     return config

@@ -92,7 +92,8 @@ class ModelInstance:
         # that a full collection does not pause the engine loop for a second under load.
         gc.collect()
         gc.freeze()
-        self.service = GenerationService(self.runner, PbTritonIO(), plan.lora, self.log, self._finished,
+        io = PbTritonIO(batched=plan.max_batch_size > 0)
+        self.service = GenerationService(self.runner, io, plan.lora, self.log, self._finished,
                                          decoupled=plan.decoupled, tracer=self.tracer,
                                          exemplars=self._exemplar_sink(),
                                          response_threads=plan.settings.response_threads,
@@ -111,6 +112,9 @@ class ModelInstance:
             self.unload_watch.start()
             stack.callback(self.unload_watch.stop)
         mode = "decoupled: streams" if plan.decoupled else "not decoupled: one response per request, for infer()"
+        if plan.max_batch_size > 0:
+            mode += (f"; batched admission: up to {plan.max_batch_size} queued requests per execute(), inputs and "
+                     "outputs with a batch dimension of 1")
         self.log.info(f"model {plan.labels.model_name} (instance {plan.labels.instance_name}) is ready ({mode})")
 
     def _metrics_exporter(self) -> MetricsExporter | None:
@@ -172,6 +176,8 @@ class ModelInstance:
 
     def execute(self, requests: list[Any]) -> None:
         """Hand each request to the service, which answers every one itself; nothing may raise out of here."""
+        if self.metrics is not None:
+            self.metrics.executed(len(requests))
         for request in requests:
             try:
                 self.service.submit(request, TritonRequestView(request))

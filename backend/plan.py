@@ -77,6 +77,9 @@ class Labels:
 class InstancePlan:
     labels: Labels
     decoupled: bool
+    # config.pbtxt's max_batch_size: 0 (the official contract) or, for batched admission, how many queued requests
+    # Triton may hand over in one execute(); each response then carries the batch dimension of 1 its request had
+    max_batch_size: int
     settings: BackendSettings
     health: HealthSettings
     server: ServerContext
@@ -126,6 +129,7 @@ def make_plan(args: Mapping[str, str], model_dir: Path, argv: list[str], environ
     return InstancePlan(
         labels=Labels.from_args(args),
         decoupled=bool(model_config.get("model_transaction_policy", {}).get("decoupled", False)),
+        max_batch_size=int(model_config.get("max_batch_size", 0)),
         settings=settings, health=health, server=server, engine_config=engine_config,
         lora=LoraRegistry.load(model_dir, engine_config), environment=environment,
         service_name=environ.get("OTEL_SERVICE_NAME", names.TRACE_SERVICE), metrics_off=metrics_off,

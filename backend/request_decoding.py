@@ -64,9 +64,14 @@ POOLING_KEYS = ("dimensions", "use_activation")
 
 
 def _first(array: np.ndarray, name: str) -> Any:
+    """The one element of a single-valued input. More than one is refused, not cut: with batched admission
+    (max_batch_size > 0) Triton lets a client send a batch of prompts, and this backend serves one per request."""
     flat = np.asarray(array).reshape(-1)
     if flat.size == 0:
         raise InvalidRequest(f"{name}: is empty; expected one element")
+    if flat.size > 1:
+        raise InvalidRequest(f"{name}: has {flat.size} elements (shape {list(np.shape(array))}); expected one: "
+                             "send one prompt per request (with a batch dimension of 1 where the model has one)")
     return flat[0]
 
 

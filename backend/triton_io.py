@@ -48,8 +48,12 @@ class TritonRequestView:
 class PbTritonIO:
     final_flag = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
+    def __init__(self, batched: bool = False) -> None:
+        self._batched = batched  # batched admission: every output leads with its request's batch dimension of 1
+
     def response(self, chunk: ResponseChunk, options: OutputOptions) -> Any:
-        tensors = [pb_utils.Tensor(name, array) for name, array in encode_chunk(chunk, options).items()]
+        tensors = [pb_utils.Tensor(name, array[np.newaxis] if self._batched else array)
+                   for name, array in encode_chunk(chunk, options).items()]
         return pb_utils.InferenceResponse(output_tensors=tensors)
 
     def error_response(self, error: RequestError) -> Any:

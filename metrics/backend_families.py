@@ -13,6 +13,8 @@ from .publisher import PublishCost
 from .registry import InstanceRegistry, Kind
 
 INFO_HELP = "Backend build and switches; always 1."
+# Requests per execute(): powers of two up to Triton's largest sensible max_batch_size for one vLLM engine
+EXECUTE_BATCH_BUCKETS = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0)
 
 
 @dataclass(frozen=True)
@@ -29,7 +31,7 @@ class BackendFamilies:
     def __init__(self, registry: InstanceRegistry, info: BackendInfo, inflight_count: Callable[[], int],
                  activity: EngineActivity) -> None:
         classes = registry.classes()
-        gauge, counter = classes[Kind.GAUGE], classes[Kind.COUNTER]
+        gauge, counter, histogram = classes[Kind.GAUGE], classes[Kind.COUNTER], classes[Kind.HISTOGRAM]
         self._activity = activity
         self._inflight_count = inflight_count
         gauge(names.INFO, INFO_HELP,
@@ -43,6 +45,11 @@ class BackendFamilies:
                            "client), rejected (bad input), failed (engine or internal error).",
                            labelnames=[names.OUTCOME])
         self.finished = {outcome: finished.labels(outcome.value) for outcome in Outcome}
+        self.execute_batch = histogram(names.EXECUTE_BATCH_SIZE,
+                                       "Requests Triton handed this instance in one execute() call: 1 each unless "
+                                       "batched admission is on (config.pbtxt max_batch_size > 0), when requests "
+                                       "queued meanwhile come together; the count is the execute() calls.",
+                                       buckets=EXECUTE_BATCH_BUCKETS)
         self.spans_dropped = counter(names.TRACE_SPANS_DROPPED,
                                      "Trace spans the exporter could not deliver to the OTLP receiver (tracing on "
                                      "only: tritonserver --trace-config mode=opentelemetry).")

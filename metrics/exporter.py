@@ -99,6 +99,11 @@ class MetricsExporter:
             self.families.request_finished(outcome)
             self._changed()
 
+    def executed(self, requests: int) -> None:
+        """Triton's execute() handed over this many requests (on Triton's thread: one observe, lock-guarded)."""
+        if self.families is not None:
+            self.families.execute_batch.observe(requests)
+
     def spans_dropped(self, count: int) -> None:
         if self.families is not None:
             self.families.spans_dropped.inc(count)

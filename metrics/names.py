@@ -31,6 +31,8 @@ ENGINE_PROBE_FAILURES = "vllm_triton_engine_probe_consecutive_failures"
 ENGINE_LAST_PROGRESS_TIMESTAMP = "vllm_triton_engine_last_progress_timestamp_seconds"
 ENGINE_RESTARTS = "vllm_triton_engine_restarts_total"
 TRACE_SPANS_DROPPED = "vllm_triton_trace_spans_dropped_total"
+# Requests Triton handed over per execute() call: always 1 unless batched admission is on (max_batch_size > 0)
+EXECUTE_BATCH_SIZE = "vllm_triton_execute_batch_size"
 
 # -- tracing: the backend's OpenTelemetry service and the span attribute dashboards search by ---------------------
 TRACE_SERVICE = "vllm-triton-backend"  # unless OTEL_SERVICE_NAME says otherwise

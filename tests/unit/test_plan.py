@@ -18,9 +18,10 @@ SERVER = ["tritonserver", "--model-repository=/models"]
 TRACING = [*SERVER, "--trace-config=mode=opentelemetry", "--trace-config=opentelemetry,url=http://otel:4318/v1/traces"]
 
 
-def args(decoupled: bool = True, kind: str = "MODEL", device: str = "0", **params: str) -> dict[str, str]:
+def args(decoupled: bool = True, kind: str = "MODEL", device: str = "0", max_batch_size: int = 0,
+         **params: str) -> dict[str, str]:
     config = {"parameters": {k: {"string_value": v} for k, v in params.items()},
-              "model_transaction_policy": {"decoupled": decoupled}}
+              "model_transaction_policy": {"decoupled": decoupled}, "max_batch_size": max_batch_size}
     return {"model_config": json.dumps(config), "model_name": "m", "model_version": "1",
             "model_instance_name": "m_0", "model_instance_kind": kind, "model_instance_device_id": device}
 
@@ -39,6 +40,7 @@ def test_a_plain_load_decides_labels_mode_settings_and_the_stub_pid(model_dir):
     decided = plan(model_dir, REPORT_CUSTOM_METRICS="true", RESPONSE_THREADS="4")
     assert decided.labels.metric_labels() == {"model": "m", "version": "1", "model_instance": "m_0"}
     assert decided.decoupled and decided.settings.response_threads == 4 and decided.metrics_off is None
+    assert decided.max_batch_size == 0 and plan(model_dir, max_batch_size=64).max_batch_size == 64
     assert decided.environment[STUB_PID] == "4242"
     assert decided.engine_config == {"model": "facebook/opt-125m", "max_model_len": 512}
     assert not decided.vllm_traces and decided.server.trace is None

@@ -174,3 +174,13 @@ def test_embedding_request_takes_token_ids():
 def test_bad_embedding_requests_are_named(payload, message):
     with pytest.raises(InvalidRequest, match=re.escape(message)):
         embed(payload)
+
+
+def test_a_batch_of_prompts_is_refused_not_cut_to_its_first():
+    """With batched admission (max_batch_size > 0) Triton lets a request carry several rows; one prompt per request
+    is served, and a request of two gets a sentence instead of an answer to its first."""
+    assert decode_request(FakeView({"text_input": np.array([[b"Hello"]], dtype=object)})).prompt == "Hello"
+    with pytest.raises(InvalidRequest, match=re.escape("text_input: has 2 elements (shape [2, 1]); expected one")):
+        decode_request(FakeView({"text_input": np.array([[b"a"], [b"b"]], dtype=object)}))
+    with pytest.raises(InvalidRequest, match=re.escape("stream: has 2 elements")):
+        decode_request(FakeView({"text_input": [b"a"], "stream": np.array([[True], [True]])}))

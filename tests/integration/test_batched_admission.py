@@ -1,0 +1,123 @@
+"""Batched admission (config.pbtxt `max_batch_size` > 0, docs/serving.md): Triton hands the stub every request
+queued meanwhile in one execute(), on the shared server's `vllm_batched` (max_batch_size 8; `vllm_model` beside it
+keeps the official contract).
+
+Its clients' contract: infer/stream_infer inputs and outputs carry a batch dimension of 1, a batch of several
+prompts is refused with a sentence, the generate endpoints are unchanged; and bursts of requests do arrive in
+batches (`vllm_triton_execute_batch_size`), where the default model gets them one by one.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import numpy as np
+import pytest
+import requests
+from helpers import generate, generate_stream, grpc_stream, run, scrape, value, wait_until
+
+from vllm_triton_observable.metrics import names
+
+MODEL = "vllm_batched"
+SAMPLING = {"max_tokens": 4, "temperature": 0}
+
+
+def batched_inputs(prompts: list[str], stream: bool = True) -> list:
+    """The official inputs with a leading batch dimension (one row per prompt)."""
+    import tritonclient.grpc as grpcclient
+
+    def tensor(name: str, rows: list, dtype: str) -> grpcclient.InferInput:
+        array = np.array(rows, dtype=object if dtype == "BYTES" else bool).reshape(len(rows), 1)
+        t = grpcclient.InferInput(name, list(array.shape), dtype)
+        t.set_data_from_numpy(array)
+        return t
+
+    return [tensor("text_input", [p.encode() for p in prompts], "BYTES"),
+            tensor("stream", [stream] * len(prompts), "BOOL"),
+            tensor("sampling_parameters", [json.dumps(SAMPLING).encode()] * len(prompts), "BYTES")]
+
+
+def test_the_config_has_the_dynamic_batcher_and_keeps_the_official_inputs(server):
+    config = requests.get(f"{server.http_url}/v2/models/{MODEL}/config", timeout=10).json()
+    assert config["max_batch_size"] == 8 and "dynamic_batching" in config
+    assert {i["name"]: i["dims"] for i in config["input"]}["text_input"] == [1]
+    default = requests.get(f"{server.http_url}/v2/models/vllm_model/config", timeout=10).json()
+    assert default["max_batch_size"] == 0 and "dynamic_batching" not in default
+
+
+def test_stream_infer_with_a_batch_dimension_streams_the_same_tokens(server):
+    results = run(grpc_stream(server, MODEL, batched_inputs(["The capital of France is"])))
+    assert [error for _, error in results if error is not None] == []
+    outputs = [result.as_numpy("text_output") for result, _ in results]
+    assert {o.shape for o in outputs} == {(1, 1)}  # every response leads with its request's batch dimension
+    streamed = "".join(o[0][0].decode() for o in outputs)
+    _, answer = generate(server, "vllm_model", {"text_input": "The capital of France is",
+                                                 "exclude_input_in_output": True,
+                                                 "sampling_parameters": json.dumps(SAMPLING)})
+    assert streamed == answer["text_output"] and streamed  # greedy: the default model's tokens
+
+
+def test_the_generate_endpoints_need_no_change(server):
+    status, answer = generate(server, MODEL, {"text_input": "Hello", "exclude_input_in_output": True,
+                                              "sampling_parameters": json.dumps(SAMPLING)})
+    assert status == 200 and isinstance(answer["text_output"], str) and answer["text_output"]
+    events = generate_stream(server, MODEL, {"text_input": "Hello", "stream": True, "return_num_output_tokens": True,
+                                             "sampling_parameters": json.dumps(SAMPLING)})
+    assert all(isinstance(e["text_output"], str) and e["num_output_tokens"] == 1 for e in events), events
+    assert "".join(e["text_output"] for e in events) == answer["text_output"]
+
+
+def test_a_batch_of_prompts_is_refused_with_a_sentence_and_harms_nothing(server):
+    results = run(grpc_stream(server, MODEL, batched_inputs(["one", "two"])))
+    errors = [str(error) for _, error in results if error is not None]
+    assert len(errors) == 1 and "text_input: has 2 elements (shape [2, 1]); expected one" in errors[0], errors
+    status, answer = generate(server, MODEL, {"text_input": "Hello", "sampling_parameters": json.dumps(SAMPLING)})
+    assert status == 200 and answer["text_output"]
+
+
+def execute_stats(server, model: str) -> tuple[float, float, float, float]:
+    """(execute() calls, requests they handed over, calls with exactly one, calls with at most 8) of a model."""
+    families = scrape(server)
+    sample = names.EXECUTE_BATCH_SIZE
+    return (value(families, f"{sample}_count", model=model), value(families, f"{sample}_sum", model=model),
+            value(families, f"{sample}_bucket", model=model, le="1"),
+            value(families, f"{sample}_bucket", model=model, le="8"))
+
+
+def burst(server, model: str, n: int) -> None:
+    """`n` generate calls released at once."""
+    gate = threading.Barrier(n)
+    failures: list[str] = []
+
+    def one() -> None:
+        gate.wait(timeout=30)
+        status, answer = generate(server, model, {"text_input": "Hi", "sampling_parameters": json.dumps(
+            {"max_tokens": 2})}, timeout=120)
+        if status != 200:
+            failures.append(str(answer))
+
+    threads = [threading.Thread(target=one) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=180)
+    assert not failures, failures[:3]
+
+
+@pytest.mark.parametrize("model,batched", [(MODEL, True), ("vllm_model", False)])
+def test_a_burst_arrives_in_batches_only_where_admission_is_batched(server, model, batched):
+    n = 24
+    for _ in range(5):  # a burst whose requests all happen to reach an idle execute() one by one is retried
+        before = execute_stats(server, model)
+        burst(server, model, n)
+        wait_until(lambda expected=before[1] + n: execute_stats(server, model)[1] >= expected,
+                   timeout=15)  # published within a second
+        calls, handed, ones, at_most_8 = (b - a for a, b in zip(before, execute_stats(server, model), strict=True))
+        assert handed == n and at_most_8 == calls  # never more than max_batch_size at once
+        if not batched:
+            assert calls == ones == n  # the official contract: one request per execute()
+            return
+        if calls < n:  # some execute() handed over several
+            return
+    pytest.fail(f"five bursts of {n} simultaneous requests each reached the batched model one by one")
