@@ -172,9 +172,15 @@ class EngineRunner:
         xgrammar's tvm_ffi once was on the GPU host) — fails the start with its cause, never leaves it waiting."""
         path = self._ipc.for_next_engine() if self._ipc is not None else None
         try:
+            from vllm.usage.usage_lib import UsageContext
             from vllm.v1.engine.async_llm import AsyncLLM
 
-            engine = AsyncLLM.from_engine_args(self._engine_args, stat_loggers=self._stat_loggers)
+            # A server's defaults, as `vllm serve` has them: AsyncLLM's own (ENGINE_CONTEXT) leave max_num_seqs at
+            # 128 and max_num_batched_tokens at 2048 on every GPU, where `vllm serve` runs 1024 and 8192 on an
+            # H100/H200 — more streams than 128 queued behind the first, long prompts prefilled in many steps
+            # (docs/benchmarks.md, "The engine's defaults"). model.json's values still win.
+            engine = AsyncLLM.from_engine_args(self._engine_args, usage_context=UsageContext.OPENAI_API_SERVER,
+                                               stat_loggers=self._stat_loggers)
             if path is not None:
                 self._ipc_paths[id(engine)] = path
             future.set_result(engine)

@@ -595,9 +595,12 @@ def start_servers(repositories: dict[str, Path], sink_url: str, vllm_serve: bool
 
 async def start_direct():
     from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.usage.usage_lib import UsageContext
     from vllm.v1.engine.async_llm import AsyncLLM
 
-    return AsyncLLM.from_engine_args(AsyncEngineArgs(**ENGINE, disable_log_stats=True))
+    # the backend's engine (backend/engine_runner.py): a server's defaults of max_num_seqs and batched tokens
+    return AsyncLLM.from_engine_args(AsyncEngineArgs(**ENGINE, disable_log_stats=True),
+                                     usage_context=UsageContext.OPENAI_API_SERVER)
 
 
 async def stop_direct(engine) -> None:
