@@ -15,7 +15,7 @@ import threading
 import numpy as np
 import pytest
 import requests
-from helpers import generate, generate_stream, grpc_stream, run, scrape, value, wait_until
+from helpers import generate, generate_stream, grpc_stream, run, scrape, snapshot, value, wait_until
 
 from vllm_triton_observable.metrics import names
 
@@ -76,9 +76,10 @@ def test_a_batch_of_prompts_is_refused_with_a_sentence_and_harms_nothing(server)
     assert status == 200 and answer["text_output"]
 
 
-def execute_stats(server, model: str) -> tuple[float, float, float, float]:
-    """(execute() calls, requests they handed over, calls with exactly one, calls with at most 8) of a model."""
-    families = scrape(server)
+def execute_stats(server, model: str, settled: bool = False) -> tuple[float, float, float, float]:
+    """(execute() calls, requests they handed over, calls with exactly one, calls with at most 8) of a model;
+    `settled`: including everything before the call (an earlier test's requests, published within a second)."""
+    families = snapshot(server) if settled else scrape(server)
     sample = names.EXECUTE_BATCH_SIZE
     return (value(families, f"{sample}_count", model=model), value(families, f"{sample}_sum", model=model),
             value(families, f"{sample}_bucket", model=model, le="1"),
@@ -109,7 +110,7 @@ def burst(server, model: str, n: int) -> None:
 def test_a_burst_arrives_in_batches_only_where_admission_is_batched(server, model, batched):
     n = 24
     for _ in range(5):  # a burst whose requests all happen to reach an idle execute() one by one is retried
-        before = execute_stats(server, model)
+        before = execute_stats(server, model, settled=True)
         burst(server, model, n)
         wait_until(lambda expected=before[1] + n: execute_stats(server, model)[1] >= expected,
                    timeout=15)  # published within a second
