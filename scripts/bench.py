@@ -78,6 +78,21 @@ METRICS_ON = {"c", "d", "e", "f", "g"}  # scraped while measured; their publish 
 TRACED = {"e", "f"}  # served by the tritonserver in OpenTelemetry mode
 SAME_MODEL = {"h": "c", "f": "e"}  # configurations that measure another's model (another client, or untraced)
 PROMPT = "Benchmark request {i}: the quick brown fox jumps over the lazy dog while the server streams tokens."
+# --prompt-words (set by main, as --engine-args sets ENGINE): words added to every prompt, for prefill-heavy runs
+WORKLOAD = {"prompt_words": 0}
+FILLER = ("river", "stone", "garden", "window", "planet", "signal", "morning", "paper", "engine", "forest",
+          "bridge", "candle", "mirror", "harbor", "valley", "thunder")
+
+
+def prompt(i: int) -> str:
+    """Request i's prompt: PROMPT; with --prompt-words, behind a fresh nonce, so that no request shares more than
+    its first tokens with any other of any round (vLLM's prefix cache would otherwise prefill later rounds from
+    memory), and followed by that many words."""
+    words = WORKLOAD["prompt_words"]
+    if not words:
+        return PROMPT.format(i=i)
+    filler = " ".join(FILLER[(i + k) % len(FILLER)] for k in range(words))
+    return f"{uuid.uuid4().hex[:12]} {PROMPT.format(i=i)} {filler}"
 
 
 @dataclass
@@ -225,7 +240,7 @@ async def direct_round(engine, concurrency: int, tokens: int) -> Run:
         params = SamplingParams(max_tokens=tokens, ignore_eos=True, temperature=0,
                                 output_kind=RequestOutputKind.DELTA)
         timer = StreamTimer(run)
-        async for out in engine.generate(PROMPT.format(i=i), params, uuid.uuid4().hex):
+        async for out in engine.generate(prompt(i), params, uuid.uuid4().hex):
             timer.tokens(len(out.outputs[0].token_ids))
 
     begin = time.perf_counter()
@@ -255,7 +270,7 @@ async def triton_round(server: TritonServer, model: str, concurrency: int, token
             return t
 
         sampling = json.dumps({"max_tokens": tokens, "ignore_eos": True, "temperature": 0}).encode()
-        return [tensor("text_input", np.array([PROMPT.format(i=i).encode()], dtype=object), "BYTES"),
+        return [tensor("text_input", np.array([prompt(i).encode()], dtype=object), "BYTES"),
                 tensor("stream", np.array([True]), "BOOL"),
                 tensor("sampling_parameters", np.array([sampling], dtype=object), "BYTES"),
                 tensor("return_num_output_tokens", np.array([True]), "BOOL")]
@@ -325,7 +340,7 @@ async def sse_round(url: str, body: Any, tokens_in: Any, concurrency: int, run: 
 def triton_http_round(server: TritonServer, model: str, concurrency: int, tokens: int,
                       run: Run | None = None, traced: bool = False) -> Any:
     def body(i: int) -> dict:
-        return {"text_input": PROMPT.format(i=i), "return_num_output_tokens": True,
+        return {"text_input": prompt(i), "return_num_output_tokens": True,
                 "parameters": {"max_tokens": tokens, "ignore_eos": True, "temperature": 0, "stream": True}}
 
     return sse_round(f"{server.http_url}/v2/models/{model}/generate_stream", body,
@@ -334,7 +349,7 @@ def triton_http_round(server: TritonServer, model: str, concurrency: int, tokens
 
 def vllm_serve_round(server: VllmServe, concurrency: int, tokens: int, run: Run | None = None) -> Any:
     def body(i: int) -> dict:
-        return {"model": ENGINE["model"], "prompt": PROMPT.format(i=i), "max_tokens": tokens, "ignore_eos": True,
+        return {"model": ENGINE["model"], "prompt": prompt(i), "max_tokens": tokens, "ignore_eos": True,
                 "temperature": 0, "stream": True,
                 "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
 
@@ -796,6 +811,9 @@ def main(argv: list[str]) -> int:
                         help="comma-separated concurrencies (e.g. 1,8,32,64): the rounds at each, and a PNG plot")
     parser.add_argument("--plot", default=str(ROOT / "docs" / "bench-sweep.png"), help="where --sweep draws")
     parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--prompt-words", type=int, default=0,
+                        help="words added to each prompt (a prefill-heavy workload; prompts stay unique across "
+                             "rounds); prompt and --tokens must fit the model's max_model_len")
     parser.add_argument("--configs", default=",".join(CONFIGS), help=f"which of {','.join(CONFIGS)} to run")
     parser.add_argument("--warmup", type=int, default=1, help="unmeasured warm-up rounds")
     parser.add_argument("--settle", type=float, default=2.0,
@@ -806,6 +824,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--output", default=str(ROOT / ".bench" / "latest.json"))
     args = parser.parse_args(argv)
     ENGINE.update(args.engine_args)
+    WORKLOAD["prompt_words"] = args.prompt_words
     configs = [c for c in args.configs.split(",") if c]
     unknown = set(configs) - set(CONFIGS)
     if unknown:
@@ -855,7 +874,8 @@ def main(argv: list[str]) -> int:
               "configs": {k: CONFIGS[k][0] for k in configs}, "results": results,
               "trace_spans_dropped": dropped, "trace_exports": exports,
               "workload": {"concurrency": levels[-1], "tokens": args.tokens, "rounds": args.rounds,
-                           "warmup": args.warmup, "prompt": PROMPT, "engine": ENGINE},
+                           "warmup": args.warmup, "prompt": PROMPT, "prompt_words": args.prompt_words,
+                           "engine": ENGINE},
               "machine": machine(), "command": "make bench BENCH_ARGS='" + " ".join(argv) + "'"}
     if len(levels) > 1:
         report["sweep"] = {str(level): {"ratios": ratios_of(by_key), "results": {

@@ -84,7 +84,7 @@ async def stream_round(url: str, body: Any, concurrency: int, target: str, token
 
 def triton_round(server: TritonServer, model: str, target: str, concurrency: int, tokens: int) -> Any:
     def body(i: int) -> dict:
-        return {"text_input": bench.PROMPT.format(i=i), "return_num_output_tokens": True,
+        return {"text_input": bench.prompt(i), "return_num_output_tokens": True,
                 "parameters": {"max_tokens": tokens, "ignore_eos": True, "temperature": 0, "stream": True}}
 
     return stream_round(f"{server.http_url}/v2/models/{model}/generate_stream", body, concurrency, target,
@@ -93,7 +93,7 @@ def triton_round(server: TritonServer, model: str, target: str, concurrency: int
 
 def vllm_serve_round(server: bench.VllmServe, concurrency: int, tokens: int) -> Any:
     def body(i: int) -> dict:
-        return {"model": bench.ENGINE["model"], "prompt": bench.PROMPT.format(i=i), "max_tokens": tokens,
+        return {"model": bench.ENGINE["model"], "prompt": bench.prompt(i), "max_tokens": tokens,
                 "ignore_eos": True, "temperature": 0, "stream": True}
 
     return stream_round(f"{server.url}/v1/completions", body, concurrency, "vllm serve",

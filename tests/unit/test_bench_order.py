@@ -1,6 +1,7 @@
 """make bench's round order: over an even number of rounds every configuration runs as often before a partner as
 after it, so a position in the round biases no ratio; --engine-args as vllm serve's flags; and the in-process
-engine's stop, which must end with the loop's other tasks cancelled, not with itself cancelled."""
+engine's stop, which must end with the loop's other tasks cancelled, not with itself cancelled; --prompt-words'
+prompts."""
 
 import asyncio
 
@@ -44,3 +45,13 @@ def test_the_direct_engine_stop_cancels_the_engine_tasks_and_returns():
     handler = loop.create_task(asyncio.sleep(3600))  # an output handler that would wait forever
     stop_everything(engine, loop, {}, None)
     assert engine.stopped and handler.cancelled() and loop.is_closed()
+
+
+def test_long_prompts_share_no_prefix_across_requests_or_rounds(monkeypatch):
+    """--prompt-words: each prompt gets that many words behind a nonce (vLLM's prefix cache must not prefill a
+    later round from memory); without it, the prompt every earlier run measured."""
+    assert bench.prompt(3) == bench.PROMPT.format(i=3)
+    monkeypatch.setitem(bench.WORKLOAD, "prompt_words", 40)
+    first, again = bench.prompt(3), bench.prompt(3)
+    assert len(first.split()) == len(bench.PROMPT.format(i=3).split()) + 1 + 40
+    assert first.split()[0] != again.split()[0] and first.split()[1:] == again.split()[1:]
