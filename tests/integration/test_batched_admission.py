@@ -52,10 +52,9 @@ def test_stream_infer_with_a_batch_dimension_streams_the_same_tokens(server):
     outputs = [result.as_numpy("text_output") for result, _ in results]
     assert {o.shape for o in outputs} == {(1, 1)}  # every response leads with its request's batch dimension
     streamed = "".join(o[0][0].decode() for o in outputs)
-    _, answer = generate(server, "vllm_model", {"text_input": "The capital of France is",
-                                                 "exclude_input_in_output": True,
-                                                 "sampling_parameters": json.dumps(SAMPLING)})
-    assert streamed == answer["text_output"] and streamed  # greedy: the default model's tokens
+    _, answer = generate(server, MODEL, {"text_input": "The capital of France is", "exclude_input_in_output": True,
+                                          "sampling_parameters": json.dumps(SAMPLING)})
+    assert streamed == answer["text_output"] and streamed  # greedy: the tokens the generate endpoint gives
 
 
 def test_the_generate_endpoints_need_no_change(server):
