@@ -7,7 +7,7 @@ from grafana_foundation_sdk.builders.dashboard import Dashboard
 from dashboards.layout import dashboard, row
 from dashboards.panels import graph
 from observability.config import Config, DashboardUID
-from observability.promql import TRITON, VLLM, ratio, sel, sum_rate
+from observability.promql import TRITON, VLLM, mean, ratio, sel, sum_rate
 from vllm_triton_observable.metrics import names
 
 UID = DashboardUID.SERVER
@@ -42,7 +42,11 @@ def build(config: Config, slo_buckets: dict[str, tuple[float, ...]]) -> Dashboar
         .with_panel(graph("Requests by outcome (backend)", "Requests the backend finished, by outcome: completed, "
                           "cancelled by the client, rejected (bad input), failed.", "reqps",
                           (sum_rate(names.REQUESTS_FINISHED, TRITON, names.OUTCOME), "{{outcome}}"),
-                          span=24))
+                          span=12))
+        .with_panel(graph("Requests per execute()", "Requests Triton handed the backend per execute() call, the "
+                          "mean over the window: 1 unless batched admission is on (config.pbtxt max_batch_size > "
+                          "0), when requests that arrive together are handed over together.", "short",
+                          (mean(names.EXECUTE_BATCH_SIZE, TRITON, names.MODEL), "{{model}}"), span=12))
         .with_row(row("Per model: ensembles and their steps"))
         .with_panel(graph("Requests per model", "Requests Triton answered per second for every model, an ensemble "
                           "and each of its steps (preprocessor, vLLM model, postprocessor) apart.", "reqps",
