@@ -35,7 +35,8 @@ VLLM_API_MODULES = {"test_engine_args", "test_metrics_pipeline", "test_vllm_comp
 # The load/unload leak test is five cycles of what the first unload test does once (≈ 5 min on two cores).
 NOT_VLLM_API_TESTS = {"test_load_unload_cycles_leak_nothing"}
 GROUP_ORDER = ("explicit", "test_residue", "test_official_suites", "test_model_config", "test_serve", "test_ensemble",
-               "test_tracing", "test_fleet", "test_bench", "shared", "test_embeddings", "test_profile")
+               "test_tracing", "test_fleet", "test_bench", "shared", "test_embeddings", "test_batched_admission",
+               "test_profile")
 
 
 def group_of(item: pytest.Item) -> str | None:

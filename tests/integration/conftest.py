@@ -10,7 +10,6 @@ Each is started once per session (an engine takes ~30-60 s to start on CPU), whe
                   as their series, the default)
   vllm_nometrics  REPORT_CUSTOM_METRICS unset
   vllm_infer      not decoupled (model_transaction_policy { decoupled: false }): infer() and ensembles; metrics on
-  vllm_batched    batched admission (max_batch_size 8: Triton's dynamic batcher), metrics on
 
 `explicit_server` (--model-control-mode=explicit: repository API, HEALTH_RECOVERY=unload), for the fault and
 lifecycle tests; short health timeouts so that each fault resolves in seconds:
@@ -67,7 +66,6 @@ def server(tmp_path_factory):
                 files={"multi_lora.json": json.dumps({"tiny-lora": str(TINY_LORA)})})
     write_model(repo, "vllm_nometrics")
     write_model(repo, "vllm_infer", params=METRICS_ON, extra_config="model_transaction_policy { decoupled: false }\n")
-    write_model(repo, "vllm_batched", params=METRICS_ON, extra_config="max_batch_size: 8\n")
     exposition = tmp_path_factory.mktemp("exposition")
     with TritonServer(repo, env={**server_env(), "VLLM_TRITON_EXPOSITION_DIR": str(exposition)}) as triton:
         triton.wait_ready(timeout=900)

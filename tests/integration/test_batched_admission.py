@@ -1,6 +1,7 @@
 """Batched admission (config.pbtxt `max_batch_size` > 0, docs/serving.md): Triton hands the stub every request
-queued meanwhile in one execute(), on the shared server's `vllm_batched` (max_batch_size 8; `vllm_model` beside it
-keeps the official contract).
+queued meanwhile in one execute(), on a server of this module's with one model, `vllm_batched` (max_batch_size 8,
+metrics on; one engine, like the other small modules that run last); the shared server's `vllm_model` keeps the
+official contract.
 
 Its clients' contract: infer/stream_infer inputs and outputs carry a batch dimension of 1, a batch of several
 prompts is refused with a sentence, the generate endpoints are unchanged; and bursts of requests do arrive in
@@ -15,12 +16,33 @@ import threading
 import numpy as np
 import pytest
 import requests
-from helpers import generate, generate_stream, grpc_stream, run, scrape, snapshot, value, wait_until
+from helpers import (
+    generate,
+    generate_stream,
+    grpc_stream,
+    run,
+    scrape,
+    server_env,
+    snapshot,
+    value,
+    wait_until,
+    write_model,
+)
+from triton_launcher import TritonServer
 
 from vllm_triton_observable.metrics import names
 
 MODEL = "vllm_batched"
 SAMPLING = {"max_tokens": 4, "temperature": 0}
+
+
+@pytest.fixture(scope="module")
+def batched(tmp_path_factory):
+    repo = tmp_path_factory.mktemp("batched_repository")
+    write_model(repo, MODEL, params={"REPORT_CUSTOM_METRICS": "true"}, extra_config="max_batch_size: 8\n")
+    with TritonServer(repo, env=server_env()) as triton:
+        triton.wait_ready(timeout=600)
+        yield triton
 
 
 def batched_inputs(prompts: list[str], stream: bool = True) -> list:
@@ -38,15 +60,14 @@ def batched_inputs(prompts: list[str], stream: bool = True) -> list:
             tensor("sampling_parameters", [json.dumps(SAMPLING).encode()] * len(prompts), "BYTES")]
 
 
-def test_the_config_has_the_dynamic_batcher_and_keeps_the_official_inputs(server):
-    config = requests.get(f"{server.http_url}/v2/models/{MODEL}/config", timeout=10).json()
+def test_the_config_has_the_dynamic_batcher_and_keeps_the_official_inputs(batched):
+    config = requests.get(f"{batched.http_url}/v2/models/{MODEL}/config", timeout=10).json()
     assert config["max_batch_size"] == 8 and "dynamic_batching" in config
     assert {i["name"]: i["dims"] for i in config["input"]}["text_input"] == [1]
-    default = requests.get(f"{server.http_url}/v2/models/vllm_model/config", timeout=10).json()
-    assert default["max_batch_size"] == 0 and "dynamic_batching" not in default
 
 
-def test_stream_infer_with_a_batch_dimension_streams_the_same_tokens(server):
+def test_stream_infer_with_a_batch_dimension_streams_the_same_tokens(batched):
+    server = batched
     results = run(grpc_stream(server, MODEL, batched_inputs(["The capital of France is"])))
     assert [error for _, error in results if error is not None] == []
     outputs = [result.as_numpy("text_output") for result, _ in results]
@@ -57,7 +78,8 @@ def test_stream_infer_with_a_batch_dimension_streams_the_same_tokens(server):
     assert streamed == answer["text_output"] and streamed  # greedy: the tokens the generate endpoint gives
 
 
-def test_the_generate_endpoints_need_no_change(server):
+def test_the_generate_endpoints_need_no_change(batched):
+    server = batched
     status, answer = generate(server, MODEL, {"text_input": "Hello", "exclude_input_in_output": True,
                                               "sampling_parameters": json.dumps(SAMPLING)})
     assert status == 200 and isinstance(answer["text_output"], str) and answer["text_output"]
@@ -67,7 +89,8 @@ def test_the_generate_endpoints_need_no_change(server):
     assert "".join(e["text_output"] for e in events) == answer["text_output"]
 
 
-def test_a_batch_of_prompts_is_refused_with_a_sentence_and_harms_nothing(server):
+def test_a_batch_of_prompts_is_refused_with_a_sentence_and_harms_nothing(batched):
+    server = batched
     results = run(grpc_stream(server, MODEL, batched_inputs(["one", "two"])))
     errors = [str(error) for _, error in results if error is not None]
     assert len(errors) == 1 and "text_input: has 2 elements (shape [2, 1]); expected one" in errors[0], errors
@@ -105,8 +128,19 @@ def burst(server, model: str, n: int) -> None:
     assert not failures, failures[:3]
 
 
-@pytest.mark.parametrize("model,batched", [(MODEL, True), ("vllm_model", False)])
-def test_a_burst_arrives_in_batches_only_where_admission_is_batched(server, model, batched):
+def test_a_burst_arrives_in_batches_with_batched_admission(batched):
+    assert burst_counts(batched, MODEL, batched=True)
+
+
+def test_a_burst_arrives_one_by_one_on_a_default_model(server):
+    default = requests.get(f"{server.http_url}/v2/models/vllm_model/config", timeout=10).json()
+    assert default["max_batch_size"] == 0 and "dynamic_batching" not in default
+    assert burst_counts(server, "vllm_model", batched=False)
+
+
+def burst_counts(server, model: str, batched: bool) -> bool:
+    """Bursts of simultaneous requests: True once one came in fewer execute() calls than requests (batched), or
+    when every call handed over exactly one (not batched)."""
     n = 24
     for _ in range(5):  # a burst whose requests all happen to reach an idle execute() one by one is retried
         before = execute_stats(server, model, settled=True)
@@ -117,7 +151,7 @@ def test_a_burst_arrives_in_batches_only_where_admission_is_batched(server, mode
         assert handed == n and at_most_8 == calls  # never more than max_batch_size at once
         if not batched:
             assert calls == ones == n  # the official contract: one request per execute()
-            return
+            return True
         if calls < n:  # some execute() handed over several
-            return
+            return True
     pytest.fail(f"five bursts of {n} simultaneous requests each reached the batched model one by one")

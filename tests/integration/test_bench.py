@@ -1,8 +1,7 @@
-"""A short smoke run of `make bench` over vllm serve and Triton's HTTP (SSE, one by one and with batched
-admission), gRPC, traced and untraced-beside-it paths, swept over 1 and 2 streams: it completes, draws the plot,
-every stream receives all its tokens, the JSON has the ratios and the CPU per process role, and the traced
-configuration's spans are delivered (Triton's and the SDK's exports reach the sink, its server counts none
-dropped). Figures are not asserted."""
+"""A short smoke run of `make bench` over vllm serve and Triton's HTTP (SSE), gRPC, traced and untraced-beside-it
+paths, swept over 1 and 2 streams: it completes, draws the plot, every stream receives all its tokens, the JSON has
+the ratios and the CPU per process role, and the traced configuration's spans are delivered (Triton's and the SDK's
+exports reach the sink, its server counts none dropped). Figures are not asserted."""
 
 import json
 import os
@@ -16,21 +15,20 @@ from helpers import ROOT
 def test_bench_smoke_run_writes_json(tmp_path):
     output, plot = tmp_path / "bench.json", tmp_path / "sweep.png"
     result = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "bench.py"), "--configs", "v,h,c,e,f,q", "--rounds", "1",
+        [sys.executable, str(ROOT / "scripts" / "bench.py"), "--configs", "v,h,c,e,f", "--rounds", "1",
          "--warmup", "0", "--sweep", "1,2", "--tokens", "4", "--output", str(output), "--plot", str(plot),
          "--engine-args", '{"stream_interval": 1}'],  # vLLM's default, passed to every configuration
         capture_output=True, text=True, timeout=900, env=dict(os.environ))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "did not stop cleanly" not in result.stdout, result.stdout[-3000:]  # every server unloaded its engines
     for row in ("v: vllm serve, HTTP SSE", "h: Triton HTTP SSE, metrics on", "c: Triton, metrics on",
-                "e: Triton, metrics + tracing", "f: Triton, metrics, untraced beside e",
-                "q: Triton HTTP SSE, metrics on, batched admission"):
+                "e: Triton, metrics + tracing", "f: Triton, metrics, untraced beside e"):
         assert f"| {row} |" in result.stdout, result.stdout[-3000:]
     report = json.loads(output.read_text())
     assert set(report["ratios"]) >= {"triton_over_direct", "metrics_on_over_off", "health_on_over_off",
                                      "ttft_p50_overhead_ms", "scrape_p99_ms", "tracing_on_over_off",
                                      "triton_http_over_vllm_serve", "triton_grpc_over_vllm_serve"}
-    for key in ("v", "h", "c", "e", "f", "q"):
+    for key in ("v", "h", "c", "e", "f"):
         measured = report["results"][key]
         assert measured["tokens_per_s"]["median"] > 0 and measured["errors"] == 0, key
         # every stream got all its tokens: 2 requests × 4 tokens per round
@@ -53,7 +51,7 @@ def test_bench_smoke_run_writes_json(tmp_path):
     assert "Round by round" in result.stdout and report["workload"]["engine"]["stream_interval"] == 1
     assert report["machine"]["cores"] >= 1 and report["workload"]["concurrency"] == 2
     # the sweep: each level's results and ratios, and the plot
-    assert set(report["sweep"]) == {"1", "2"} and set(report["sweep"]["1"]["results"]) == {"v", "h", "c", "e", "f", "q"}
+    assert set(report["sweep"]) == {"1", "2"} and set(report["sweep"]["1"]["results"]) == {"v", "h", "c", "e", "f"}
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plot.stat().st_size > 10_000
 
 
