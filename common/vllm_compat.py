@@ -8,7 +8,8 @@ code. Each difference is detected by the feature itself (a class, an attribute),
 strings, and names the release that brought it; the version string is only read to say, at load, whether the
 running vLLM is inside the tested window.
 
-What stayed the same over the whole window (and so needs nothing here): `AsyncLLM` (`from_engine_args`,
+What stayed the same over the whole window (and so needs nothing here): `AsyncLLM` (`from_engine_args` and its
+`usage_context` with `UsageContext.OPENAI_API_SERVER`, which gives the engine `vllm serve`'s defaults,
 `generate`/`encode` with `trace_headers`, `abort`, `is_sleeping`, `check_health`, `errored`/`dead_error`,
 `get_supported_tasks`, `shutdown` — its grace period aside: `shutdown_grace`), `StatLoggerBase.record`, the
 `PrometheusStatLogger` class attributes `_gauge_cls`/`_counter_cls`/`_histogram_cls`, `vllm.inputs.TokensPrompt`,
