@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,7 @@ class ModelInstance:
         watched = self.metrics is not None or plan.health.enabled
         stat_loggers = [*(self.metrics.stat_loggers() if self.metrics else []),
                         *([self.activity.stat_logger_class()] if watched else [])]
+        sys.setswitchinterval(plan.settings.gil_switch_interval_ms / 1000)
         self.runner = EngineRunner(build_engine_args(dict(plan.engine_config)), stat_loggers,
                                    start_timeout_s=plan.settings.engine_start_timeout_s, log_info=self.log.info,
                                    own_trace_headers=UNSAMPLED if plan.vllm_traces else None, ipc=self.ipc,
@@ -112,6 +114,7 @@ class ModelInstance:
             self.unload_watch.start()
             stack.callback(self.unload_watch.stop)
         mode = "decoupled: streams" if plan.decoupled else "not decoupled: one response per request, for infer()"
+        mode += f"; GIL switch interval {sys.getswitchinterval() * 1000:g} ms"
         if plan.max_batch_size > 0:
             mode += (f"; batched admission: up to {plan.max_batch_size} queued requests per execute(), inputs and "
                      "outputs with a batch dimension of 1")

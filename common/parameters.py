@@ -94,7 +94,7 @@ class ParameterTable(BaseModel):
             return f"config.pbtxt parameter {key}: {value!r}; use {_either(_choices(field.annotation))}"
         if kind == "less_than_equal":
             why = (field.json_schema_extra or {}).get("bound_reason")
-            return (f"config.pbtxt parameter {key} must be at most {error['ctx']['le']} (got {value})"
+            return (f"config.pbtxt parameter {key} must be at most {error['ctx']['le']:g} (got {value})"
                     + (f": {why}" if why else ""))
         if kind in _NUMBER_ERRORS:
             wanted = "a non-negative" if _bound(field, Ge) == 0 else "a positive"

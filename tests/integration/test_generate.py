@@ -208,3 +208,16 @@ def test_client_cancellation_aborts_the_engine_request(server):
     log = server.log_text()
     assert log.count("[vllm] Cancelling the request") > 0, log[-2000:]
     assert log.count("[vllm] Successfully cancelled the request") > 0, log[-2000:]
+
+
+def test_each_stub_runs_with_the_gil_switch_interval_its_config_sets_and_streams_the_same_tokens(server):
+    """vllm_nometrics sets GIL_SWITCH_INTERVAL_MS "0.5", vllm_model keeps Python's 5 ms: each ready line says what
+    its stub's interpreter runs with (sys.getswitchinterval(), not the setting), and both stream the same greedy
+    text for the same prompt and model."""
+    log = server.log_text()
+    assert "model vllm_model (instance vllm_model_0_0) is ready (decoupled: streams; GIL switch interval 5 ms" in log
+    assert ("model vllm_nometrics (instance vllm_nometrics_0_0) is ready (decoupled: streams; GIL switch interval "
+            "0.5 ms") in log
+    streamed = {model: "".join(event["text_output"] for event in generate_stream(
+        server, model, {"text_input": PROMPT, "parameters": GREEDY})) for model in ("vllm_model", "vllm_nometrics")}
+    assert streamed["vllm_model"] == streamed["vllm_nometrics"] != ""

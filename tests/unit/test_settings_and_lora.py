@@ -114,3 +114,14 @@ def test_each_bad_value_is_one_sentence_naming_the_key(key, value, message):
     with pytest.raises(ConfigError) as raised:
         BackendSettings.from_model_config(config(**{key: value}))
     assert message in str(raised.value) and "pydantic" not in str(raised.value), raised.value
+
+
+def test_the_gil_switch_interval_is_pythons_unless_set_and_bounded():
+    assert BackendSettings.from_model_config({}).gil_switch_interval_ms == 5.0
+    assert BackendSettings.from_model_config(config(GIL_SWITCH_INTERVAL_MS="0.5")).gil_switch_interval_ms == 0.5
+    for bad, says in (("0", "GIL_SWITCH_INTERVAL_MS: '0' is not a positive float"),
+                      ("nan", "GIL_SWITCH_INTERVAL_MS: 'nan' is not a positive float"),
+                      ("fast", "GIL_SWITCH_INTERVAL_MS: 'fast' is not a positive float"),
+                      ("200", r"GIL_SWITCH_INTERVAL_MS must be at most 100 \(got 200\): a thread holding the GIL")):
+        with pytest.raises(ConfigError, match=says):
+            BackendSettings.from_model_config(config(GIL_SWITCH_INTERVAL_MS=bad))
