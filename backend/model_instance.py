@@ -79,6 +79,7 @@ class ModelInstance:
         watched = self.metrics is not None or plan.health.enabled
         stat_loggers = [*(self.metrics.stat_loggers() if self.metrics else []),
                         *([self.activity.stat_logger_class()] if watched else [])]
+        # Process-wide, so set before the engine loop and the response threads exist (GIL_SWITCH_INTERVAL_MS)
         sys.setswitchinterval(plan.settings.gil_switch_interval_ms / 1000)
         self.runner = EngineRunner(build_engine_args(dict(plan.engine_config)), stat_loggers,
                                    start_timeout_s=plan.settings.engine_start_timeout_s, log_info=self.log.info,
