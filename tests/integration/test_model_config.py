@@ -49,6 +49,7 @@ def config_server(tmp_path_factory):
     write_model(repo, "unload_not_explicit", params={"ENABLE_VLLM_HEALTH_CHECK": "true", "HEALTH_RECOVERY": "unload"})
     write_model(repo, "slow_start", params={"ENGINE_START_TIMEOUT_S": "2"})  # no engine starts in 2 s here
     write_model(repo, "too_many_response_threads", params={"RESPONSE_THREADS": "64"})
+    write_model(repo, "too_long_switch_interval", params={"GIL_SWITCH_INTERVAL_MS": "200"})
     with TritonServer(repo, env=server_env(),
                       extra_args=["--exit-on-error=false", "--allow-metrics=false"]) as triton:
         triton.wait_ready(timeout=600, models=["good"])
@@ -84,6 +85,11 @@ def test_an_unknown_key_fails_the_load_with_a_suggestion(config_server):
 def test_a_response_thread_count_out_of_bounds_fails_the_load(config_server):
     reason = index(config_server)["too_many_response_threads"]["reason"]
     assert "config.pbtxt parameter RESPONSE_THREADS must be at most 32 (got 64)" in reason, reason
+
+
+def test_a_gil_switch_interval_out_of_bounds_fails_the_load(config_server):
+    reason = index(config_server)["too_long_switch_interval"]["reason"]
+    assert "config.pbtxt parameter GIL_SWITCH_INTERVAL_MS must be at most 100 (got 200)" in reason, reason
 
 
 def test_contradictory_health_settings_fail_the_load(config_server):
