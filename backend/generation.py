@@ -27,6 +27,7 @@ from .lora import LoraRegistry
 from .request_decoding import EmbedRequest, GenerateRequest, OutputOptions, RequestView, decode_request
 from .response_encoding import chunk_from_embedding, chunk_from_output
 from .response_thread import InflightRequest, Outcome, ResponseLanes, TritonIO
+from .switch_interval import SwitchInterval
 from .trace_attributes import Usage, describe, engine_trace_headers, request_id, start_span
 
 UNLOADING = "the model is being unloaded; send the request again once it is loaded"
@@ -55,6 +56,7 @@ class GenerationService:
         trace_attributes: dict[str, Any] | None = None,
         exemplars: Callable[[tuple[int, int], Any], None] | None = None,
         response_threads: int = 1,
+        switch_interval: SwitchInterval | None = None,
     ) -> None:
         from vllm.sampling_params import RequestOutputKind
 
@@ -73,7 +75,8 @@ class GenerationService:
         # metrics.exemplars.ExemplarStore.request_finished with OTLP metrics and tracing on: a traced request's
         # (trace id, span id) and vLLM's own timings of it (RequestOutput.metrics)
         self._exemplars = exemplars
-        self.responses = ResponseLanes(response_threads, io, self._abort, self._finished, log.error)
+        self.responses = ResponseLanes(response_threads, io, self._abort, self._finished, log.error,
+                                       switch_interval)
 
     # -- Triton's execute thread ----------------------------------------------------------------
     def submit(self, request: Any, view: RequestView) -> None:

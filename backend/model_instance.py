@@ -35,6 +35,8 @@ from .ipc_dir import IpcDirectory
 from .parent_watch import ParentWatch
 from .plan import InstancePlan, make_plan
 from .response_thread import InflightRequest
+from .settings import PYTHON_SWITCH_INTERVAL_MS
+from .switch_interval import SwitchInterval
 from .trace_attributes import UNSAMPLED
 from .triton_io import PbTritonIO, TritonLogger, TritonRequestView
 from .unload_watch import UnloadWatch, http_readiness
@@ -80,7 +82,10 @@ class ModelInstance:
         stat_loggers = [*(self.metrics.stat_loggers() if self.metrics else []),
                         *([self.activity.stat_logger_class()] if watched else [])]
         # Process-wide, so set before the engine loop and the response threads exist (GIL_SWITCH_INTERVAL_MS)
-        sys.setswitchinterval(plan.settings.gil_switch_interval_ms / 1000)
+        fixed_ms = plan.settings.gil_switch_interval_ms
+        self.switch_interval = SwitchInterval(PYTHON_SWITCH_INTERVAL_MS / 1000) if fixed_ms is None else None
+        if fixed_ms is not None:
+            sys.setswitchinterval(fixed_ms / 1000)
         self.runner = EngineRunner(build_engine_args(dict(plan.engine_config)), stat_loggers,
                                    start_timeout_s=plan.settings.engine_start_timeout_s, log_info=self.log.info,
                                    own_trace_headers=UNSAMPLED if plan.vllm_traces else None, ipc=self.ipc,
@@ -100,6 +105,7 @@ class ModelInstance:
                                          decoupled=plan.decoupled, tracer=self.tracer,
                                          exemplars=self._exemplar_sink(),
                                          response_threads=plan.settings.response_threads,
+                                         switch_interval=self.switch_interval,
                                          model_name=plan.labels.model_name,
                                          trace_attributes=plan.labels.span_attributes())
         stack.callback(self.service.close)
@@ -116,6 +122,8 @@ class ModelInstance:
             stack.callback(self.unload_watch.stop)
         mode = "decoupled: streams" if plan.decoupled else "not decoupled: one response per request, for infer()"
         mode += f"; GIL switch interval {sys.getswitchinterval() * 1000:g} ms"
+        if self.switch_interval is not None:
+            mode += f", {self.switch_interval.hurried_s * 1000:g} ms while a response thread is behind"
         if plan.max_batch_size > 0:
             mode += (f"; batched admission: up to {plan.max_batch_size} queued requests per execute(), inputs and "
                      "outputs with a batch dimension of 1")
@@ -203,4 +211,6 @@ class ModelInstance:
             if drain_timeout_s is not None:
                 self._drain_timeout_s = drain_timeout_s
             self._teardown.close()
-            self.log.info("unloaded: the engine and its processes are shut down")
+            paced = "" if self.switch_interval is None else (
+                f" (the GIL switch interval was shortened {self.switch_interval.hurries} times while serving)")
+            self.log.info(f"unloaded: the engine and its processes are shut down{paced}")

@@ -26,6 +26,7 @@ from ..common.owned_thread import JOIN_TIMEOUT_S, OwnedThread
 from ..common.vocabulary import Outcome
 from .request_decoding import OutputOptions
 from .response_encoding import ResponseChunk
+from .switch_interval import LanePace, SwitchInterval
 
 
 class TritonIO(Protocol):
@@ -67,8 +68,10 @@ class ResponseThread:
         log_error: Callable[[str], None],
         cancel_poll_s: float = 0.5,
         name: str = "vllm-responses",
+        pace: LanePace | None = None,
     ) -> None:
         self._io = io
+        self._pace = pace  # GIL_SWITCH_INTERVAL_MS "auto": says when this thread is behind
         self._on_cancel = on_cancel
         self._on_finished = on_finished
         self._log_error = log_error
@@ -122,12 +125,18 @@ class ResponseThread:
                     batch.append(self._queue.get_nowait())
                 except queue.Empty:
                     break
+            if self._pace is not None:
+                self._pace.batch_taken()
             for item in self._coalesce([i for i in batch if i is not None]):
+                if self._pace is not None:
+                    self._pace.before_send()
                 try:
                     self._deliver(item)
                 except Exception as exc:  # this thread serves every request: it must outlive any one of them
                     self._log_error(f"delivering a response for request {item.request.request_id} "
                                     f"failed: {type(exc).__name__}: {exc}")
+            if self._pace is not None and self._queue.empty():
+                self._pace.caught_up()
             if None in batch:
                 return
             if time.monotonic() - last_poll >= self._cancel_poll_s:
@@ -214,9 +223,11 @@ class ResponseLanes:
     """`count` response threads behind one ResponseThread's interface; each request is on one of them, in turn."""
 
     def __init__(self, count: int, io: TritonIO, on_cancel: Callable[[InflightRequest], None],
-                 on_finished: Callable[[InflightRequest, Outcome], None], log_error: Callable[[str], None]) -> None:
+                 on_finished: Callable[[InflightRequest, Outcome], None], log_error: Callable[[str], None],
+                 switch_interval: SwitchInterval | None = None) -> None:
         self._lanes = [ResponseThread(io, on_cancel, on_finished, log_error,
-                                      name="vllm-responses" if count == 1 else f"vllm-responses-{i}")
+                                      name="vllm-responses" if count == 1 else f"vllm-responses-{i}",
+                                      pace=LanePace(switch_interval) if switch_interval is not None else None)
                        for i in range(count)]
         self._turn = itertools.count()
 

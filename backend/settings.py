@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, model_validator
 
 from ..common.errors import ConfigError
-from ..common.parameters import ParameterTable, Switch, choice, seconds
+from ..common.parameters import AutoOr, ParameterTable, Switch, choice, seconds
 
 # Keys Triton's Python backend itself reads from the same `parameters` block.
 PYTHON_BACKEND_KEYS = frozenset({"EXECUTION_ENV_PATH", "FORCE_CPU_ONLY_INPUT_TENSORS"})
@@ -63,17 +63,18 @@ class BackendSettings(ParameterTable):
         "waits for the server's answer, so with one thread the first tokens of many simultaneous streams leave "
         "one after another. On the H200 four served 1.13–1.16 × the tokens/s of one at 64 streams, within the "
         "noise (docs/benchmarks.md, \"Where the first token's time goes\")"))
-    gil_switch_interval_ms: float = Field(
-        PYTHON_SWITCH_INTERVAL_MS, alias="GIL_SWITCH_INTERVAL_MS", gt=0, le=100, allow_inf_nan=False,
+    gil_switch_interval_ms: Annotated[float | None, AutoOr] = Field(
+        None, alias="GIL_SWITCH_INTERVAL_MS", gt=0, le=100, allow_inf_nan=False,
         json_schema_extra={"bound_reason": "a thread holding the GIL longer stalls every other (Python's own is 5)"},
         description=(
             "how long a thread of the stub may hold Python's GIL while another waits for it "
             "(`sys.setswitchinterval`, per stub process). Each response's send releases the GIL and waits up to that "
             "long to get it back from a busy engine loop, so where the stub is saturated (many streams of a fast "
-            "engine) responses queue. `0.5` on the H200, tiny model: first tokens at 256 streams in 0.42 s instead of "
-            "1.45 s (`vllm serve`: 0.58 s) at 0.90 × the tokens/s; at 64 streams 1.19 × the tokens/s but first tokens "
-            "17 ms later; on the ≈ 1B model, whose stub is not saturated, 0.89 × the tokens/s (docs/benchmarks.md, "
-            "\"Where the first token goes at 256 streams\"). A trade, so an opt-in"))
+            "engine) responses queue one interval apart. `auto`: Python's 5 ms, and 0.5 ms only while a response "
+            "thread is behind (it has spent more than 10 ms on the responses it took at once); on the H200 at 256 "
+            "streams first tokens p99 in 0.55–0.58 s instead of 2.2 s, tokens/s within the noise everywhere measured "
+            "(docs/benchmarks.md, \"Only while a response thread is behind\"). A number fixes the interval: `5` is "
+            "Python's own (this backend's behaviour before `auto`), `0.5` always short"))
     otlp_metrics: Switch = Field(False, alias="OTLP_METRICS", description=(
         "`true`: the instance's metrics also go out over OTLP/HTTP, with exemplars when tracing is on (needs "
         "`REPORT_CUSTOM_METRICS`; see "

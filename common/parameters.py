@@ -45,6 +45,14 @@ def _choice_text(value: Any) -> Any:
 Switch = Annotated[bool, BeforeValidator(_switch_text)]
 
 
+def _auto_text(value: Any) -> Any:
+    return None if isinstance(value, str) and value.strip().lower() == "auto" else value
+
+
+# A number key that also takes `auto` (any case), read as None: the backend decides as it runs.
+AutoOr = BeforeValidator(_auto_text)
+
+
 def choice(kind: type) -> Any:
     """A key taking one of an enum's or a Literal's values, in any case."""
     return Annotated[kind, BeforeValidator(_choice_text)]
@@ -98,12 +106,14 @@ class ParameterTable(BaseModel):
                     + (f": {why}" if why else ""))
         if kind in _NUMBER_ERRORS:
             wanted = "a non-negative" if _bound(field, Ge) == 0 else "a positive"
-            return f"config.pbtxt parameter {key}: {value!r} is not {wanted} {_base_type(field.annotation).__name__}"
+            auto = ' or "auto"' if _takes_auto(field) else ""
+            return (f"config.pbtxt parameter {key}: {value!r} is not {wanted} "
+                    f"{_base_type(field.annotation).__name__}{auto}")
         return f"config.pbtxt parameter {key}: {value!r}: {error['msg']}"
 
     @classmethod
     def reference_rows(cls) -> list[ParameterRow]:
-        return [ParameterRow(_key(name, field), _type_text(field), _default_text(field.default),
+        return [ParameterRow(_key(name, field), _type_text(field), _default_text(field.default, field),
                              field.description or "") for name, field in cls.model_fields.items()]
 
 
@@ -147,25 +157,36 @@ def _bound(field: FieldInfo, kind: type) -> Any:
     return getattr(found[0], kind.__name__.lower()) if found else None
 
 
+def _takes_auto(field: FieldInfo) -> bool:
+    return AutoOr in field.metadata
+
+
 def _type_text(field: FieldInfo) -> str:
+    if _takes_auto(field):
+        return f"`auto` or {_number_text(field)}"
     base = _base_type(field.annotation)
     if base is bool:
         return "boolean"
     if typing.get_origin(base) is Literal or (isinstance(base, type) and issubclass(base, enum.Enum)):
         return " \\| ".join(f"`{c}`" for c in _choices(base))
     if base in (int, float):
-        word = "integer" if base is int else "seconds" if (field.alias or "").endswith("_S") else "number"
-        low, low_open, high = _bound(field, Ge), _bound(field, Gt), _bound(field, Le)
-        if low_open == 0 and base is int:
-            return f"{word}, 1–{high}" if high is not None else f"{word}, ≥ 1"
-        return f"{word}, {'≥ ' + format(low, 'g') if low is not None else '> ' + format(low_open, 'g')}" \
-            if low is not None or low_open is not None else word
+        return _number_text(field)
     return (field.json_schema_extra or {}).get("type_text", "text")
 
 
-def _default_text(default: Any) -> str:
+def _number_text(field: FieldInfo) -> str:
+    base = _base_type(field.annotation)
+    word = "integer" if base is int else "seconds" if (field.alias or "").endswith("_S") else "number"
+    low, low_open, high = _bound(field, Ge), _bound(field, Gt), _bound(field, Le)
+    if low_open == 0 and base is int:
+        return f"{word}, 1–{high}" if high is not None else f"{word}, ≥ 1"
+    return f"{word}, {'≥ ' + format(low, 'g') if low is not None else '> ' + format(low_open, 'g')}" \
+        if low is not None or low_open is not None else word
+
+
+def _default_text(default: Any, field: FieldInfo) -> str:
     if default is None:
-        return "—"
+        return "`auto`" if _takes_auto(field) else "—"
     if isinstance(default, bool):
         return f"`{str(default).lower()}`"
     if isinstance(default, enum.Enum):

@@ -8,8 +8,9 @@ Each is started once per session (an engine takes ~30-60 s to start on CPU), whe
                   Triton histogram (PER_TOKEN_HISTOGRAMS "histogram")
   vllm_lora       multi-LoRA (multi_lora.json), two instances (two engines), metrics on (the per-token histograms
                   as their series, the default)
-  vllm_nometrics  REPORT_CUSTOM_METRICS unset; GIL_SWITCH_INTERVAL_MS "0.5" (the others Python's 5 ms)
-  vllm_infer      not decoupled (model_transaction_policy { decoupled: false }): infer() and ensembles; metrics on
+  vllm_nometrics  REPORT_CUSTOM_METRICS unset; GIL_SWITCH_INTERVAL_MS "0.5" (vllm_infer "5", the others `auto`)
+  vllm_infer      not decoupled (model_transaction_policy { decoupled: false }): infer() and ensembles; metrics on;
+                  GIL_SWITCH_INTERVAL_MS "5"
 
 `explicit_server` (--model-control-mode=explicit: repository API, HEALTH_RECOVERY=unload), for the fault and
 lifecycle tests; short health timeouts so that each fault resolves in seconds:
@@ -65,7 +66,8 @@ def server(tmp_path_factory):
     write_model(repo, "vllm_lora", LORA_ENGINE, params=METRICS_ON, instances=2,
                 files={"multi_lora.json": json.dumps({"tiny-lora": str(TINY_LORA)})})
     write_model(repo, "vllm_nometrics", params={"GIL_SWITCH_INTERVAL_MS": "0.5"})
-    write_model(repo, "vllm_infer", params=METRICS_ON, extra_config="model_transaction_policy { decoupled: false }\n")
+    write_model(repo, "vllm_infer", params={**METRICS_ON, "GIL_SWITCH_INTERVAL_MS": "5"},
+                extra_config="model_transaction_policy { decoupled: false }\n")
     exposition = tmp_path_factory.mktemp("exposition")
     with TritonServer(repo, env={**server_env(), "VLLM_TRITON_EXPOSITION_DIR": str(exposition)}) as triton:
         triton.wait_ready(timeout=900)

@@ -211,13 +211,17 @@ def test_client_cancellation_aborts_the_engine_request(server):
 
 
 def test_each_stub_runs_with_the_gil_switch_interval_its_config_sets_and_streams_the_same_tokens(server):
-    """vllm_nometrics sets GIL_SWITCH_INTERVAL_MS "0.5", vllm_model keeps Python's 5 ms: each ready line says what
-    its stub's interpreter runs with (sys.getswitchinterval(), not the setting), and both stream the same greedy
-    text for the same prompt and model."""
+    """vllm_model keeps the default, `auto` (Python's 5 ms, 0.5 ms while a response thread is behind),
+    vllm_nometrics sets GIL_SWITCH_INTERVAL_MS "0.5", vllm_infer "5": each ready line says what its stub's
+    interpreter runs with (sys.getswitchinterval(), not the setting), and both streaming models stream the same
+    greedy text for the same prompt and model."""
     log = server.log_text()
-    assert "model vllm_model (instance vllm_model_0_0) is ready (decoupled: streams; GIL switch interval 5 ms" in log
+    assert ("model vllm_model (instance vllm_model_0_0) is ready (decoupled: streams; GIL switch interval 5 ms, "
+            "0.5 ms while a response thread is behind") in log
     assert ("model vllm_nometrics (instance vllm_nometrics_0_0) is ready (decoupled: streams; GIL switch interval "
-            "0.5 ms") in log
+            "0.5 ms)") in log
+    assert ("model vllm_infer (instance vllm_infer_0_0) is ready (not decoupled: one response per request, for "
+            "infer(); GIL switch interval 5 ms)") in log
     streamed = {model: "".join(event["text_output"] for event in generate_stream(
         server, model, {"text_input": PROMPT, "parameters": GREEDY})) for model in ("vllm_model", "vllm_nometrics")}
     assert streamed["vllm_model"] == streamed["vllm_nometrics"] != ""

@@ -1,4 +1,4 @@
-"""The response threads: finals, coalescing of stream chunks, cancellation polling, outcomes, lanes."""
+"""The response threads: finals, coalescing of stream chunks, cancellation polling, outcomes, lanes, pace."""
 
 import threading
 import time
@@ -6,6 +6,7 @@ import time
 from vllm_triton_observable.backend.request_decoding import OutputOptions
 from vllm_triton_observable.backend.response_encoding import ResponseChunk
 from vllm_triton_observable.backend.response_thread import InflightRequest, ResponseLanes, ResponseThread
+from vllm_triton_observable.backend.switch_interval import SwitchInterval
 from vllm_triton_observable.common.errors import InvalidRequest
 from vllm_triton_observable.common.vocabulary import Outcome
 
@@ -156,3 +157,45 @@ def test_lanes_send_side_by_side_and_keep_each_streams_order():
     assert lanes.inflight() == []
     lanes.stop()
     assert not any(r.lane._thread.is_alive() for r in requests)
+
+
+class SlowSender(FakeSender):
+    def send(self, response, flags=0):
+        time.sleep(0.006)  # each send waits 6 ms, as for the GIL behind a busy engine loop
+        super().send(response, flags)
+
+
+def test_a_response_thread_whose_sends_are_slow_shortens_the_interval_and_restores_it_when_its_queue_is_empty():
+    """The real ResponseThread loop: a batch still being sent after 10 ms hurries, an empty queue relaxes."""
+    set_to = []
+    interval = SwitchInterval(0.005, 0.0005, set_interval=set_to.append)
+    lanes = ResponseLanes(1, FakeIO(), lambda r: None, lambda r, o: None, print, switch_interval=interval)
+    blocker, slow = FakeSender(), SlowSender()
+    blocker.gate.clear()
+    first = InflightRequest("first", blocker, OutputOptions())
+    lanes.register(first)
+    lanes.send_chunk(first, chunk("a", finished=True))
+    time.sleep(0.05)  # the thread is in the blocked send: what follows is taken as one batch
+    requests = [InflightRequest(f"r{i}", slow, OutputOptions()) for i in range(4)]
+    for request in requests:
+        lanes.register(request)
+        lanes.send_chunk(request, chunk("a", finished=True))
+    blocker.gate.set()
+    wait_for(lambda: len(slow.sent) == 4)
+    wait_for(lambda: set_to == [0.005, 0.0005, 0.005])
+    assert interval.hurries == 1
+    lanes.stop()
+
+
+def test_a_thread_that_keeps_up_leaves_the_interval_alone():
+    set_to = []
+    interval = SwitchInterval(0.005, 0.0005, set_interval=set_to.append)
+    lanes = ResponseLanes(2, FakeIO(), lambda r: None, lambda r, o: None, print, switch_interval=interval)
+    sender = FakeSender()
+    for i in range(20):
+        request = InflightRequest(f"r{i}", sender, OutputOptions())
+        lanes.register(request)
+        lanes.send_chunk(request, chunk("a", finished=True))
+    wait_for(lambda: len(sender.sent) == 20)
+    lanes.stop()
+    assert set_to == [0.005] and interval.hurries == 0

@@ -111,7 +111,7 @@ def test_response_threads_are_a_bounded_count():
     ("OTLP_METRICS", "true", 'OTLP_METRICS: "true" needs REPORT_CUSTOM_METRICS "true"'),
     ("GIL_SWITCH_INTERVAL_MS", "0", "GIL_SWITCH_INTERVAL_MS: '0' is not a positive float"),
     ("GIL_SWITCH_INTERVAL_MS", "nan", "GIL_SWITCH_INTERVAL_MS: 'nan' is not a positive float"),
-    ("GIL_SWITCH_INTERVAL_MS", "fast", "GIL_SWITCH_INTERVAL_MS: 'fast' is not a positive float"),
+    ("GIL_SWITCH_INTERVAL_MS", "fast", "GIL_SWITCH_INTERVAL_MS: 'fast' is not a positive float or \"auto\""),
     ("GIL_SWITCH_INTERVAL_MS", "200", "GIL_SWITCH_INTERVAL_MS must be at most 100 (got 200): a thread holding the GIL"),
 ])
 def test_each_bad_value_is_one_sentence_naming_the_key(key, value, message):
@@ -120,6 +120,14 @@ def test_each_bad_value_is_one_sentence_naming_the_key(key, value, message):
     assert message in str(raised.value) and "pydantic" not in str(raised.value), raised.value
 
 
-def test_the_gil_switch_interval_is_pythons_unless_set():
-    assert BackendSettings.from_model_config({}).gil_switch_interval_ms == 5.0
+def test_the_gil_switch_interval_is_auto_unless_a_number_fixes_it():
+    assert BackendSettings.from_model_config({}).gil_switch_interval_ms is None
+    assert BackendSettings.from_model_config(config(GIL_SWITCH_INTERVAL_MS="5")).gil_switch_interval_ms == 5.0
     assert BackendSettings.from_model_config(config(GIL_SWITCH_INTERVAL_MS="0.5")).gil_switch_interval_ms == 0.5
+
+
+def test_auto_in_any_case_leaves_the_gil_switch_interval_to_the_backend():
+    for text in ("auto", "AUTO", " Auto "):
+        assert BackendSettings.from_model_config(config(GIL_SWITCH_INTERVAL_MS=text)).gil_switch_interval_ms is None
+    row = next(r for r in BackendSettings.reference_rows() if r.key == "GIL_SWITCH_INTERVAL_MS")
+    assert (row.type, row.default) == ("`auto` or number, > 0", "`auto`"), row
