@@ -72,10 +72,12 @@ CONFIGS = {  # key: (label, the Triton model's config.pbtxt parameters, or None 
     "q": ("Triton HTTP SSE, metrics on, batched admission", {"REPORT_CUSTOM_METRICS": "true"}),
     "s": ("Triton HTTP SSE, metrics on, GIL switch interval 0.5 ms",
           {"REPORT_CUSTOM_METRICS": "true", "GIL_SWITCH_INTERVAL_MS": "0.5"}),
+    "t": ("Triton HTTP SSE, metrics on, GIL switch interval 5 ms (Python's, fixed)",
+          {"REPORT_CUSTOM_METRICS": "true", "GIL_SWITCH_INTERVAL_MS": "5"}),
 }
 # Batched admission (docs/serving.md): config.pbtxt's max_batch_size; the HTTP generate endpoints need no change
 BATCHED_ADMISSION = {"q": 256}
-HTTP_CLIENT = {"h", "p", "q", "s"}  # measured with the HTTP SSE client (the others with gRPC streaming)
+HTTP_CLIENT = {"h", "p", "q", "s", "t"}  # measured with the HTTP SSE client (the others with gRPC streaming)
 METRICS_ON = {"c", "d", "e", "f", "g"}  # scraped while measured; their publish cost is read per round
 TRACED = {"e", "f"}  # served by the tritonserver in OpenTelemetry mode
 SAME_MODEL = {"h": "c", "f": "e"}  # configurations that measure another's model (another client, or untraced)
@@ -722,7 +724,8 @@ SERVING = {"triton_http_over_vllm_serve": ("h", "v"), "triton_grpc_over_vllm_ser
            "response_threads_4_over_1": ("p", "h"),
            "triton_http_batched_admission_over_vllm_serve": ("q", "v"),
            "batched_admission_over_one_by_one": ("q", "h"), "triton_http_batched_admission_over_direct": ("q", "a"),
-           "short_gil_switch_over_default": ("s", "h"), "triton_http_short_gil_switch_over_vllm_serve": ("s", "v")}
+           "short_gil_switch_over_default": ("s", "h"), "triton_http_short_gil_switch_over_vllm_serve": ("s", "v"),
+           "pythons_gil_switch_over_default": ("t", "h")}
 
 
 def paired_ratios_of(results: dict) -> dict:
@@ -744,7 +747,7 @@ def ratios_of(results: dict) -> dict:
         **{name: ratio(results, top, bottom) for name, (top, bottom) in {**SERVING, **ON_OFF}.items()},
         "ttft_p50_overhead_ms": (ttft["h"] - ttft["v"]) if ttft.get("h") is not None and ttft.get("v") is not None
         else None,  # Triton HTTP minus vllm serve
-        **{f"ttft_p50_{k}_minus_a_ms": ttft[k] - ttft["a"] for k in ("h", "p", "q", "s", "v")
+        **{f"ttft_p50_{k}_minus_a_ms": ttft[k] - ttft["a"] for k in ("h", "p", "q", "s", "t", "v")
            if ttft.get(k) is not None and ttft.get("a") is not None},  # above the bare engine's first tokens
         "scrape_p99_ms": max((results[k]["scrape_p99_ms"]["median"] for k in ("c", "d", "e", "g")
                               if k in results and results[k]["scrape_p99_ms"]["median"] is not None), default=None),
