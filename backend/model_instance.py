@@ -35,7 +35,6 @@ from .ipc_dir import IpcDirectory
 from .parent_watch import ParentWatch
 from .plan import InstancePlan, make_plan
 from .response_thread import InflightRequest
-from .settings import PYTHON_SWITCH_INTERVAL_MS
 from .switch_interval import SwitchInterval
 from .trace_attributes import UNSAMPLED
 from .triton_io import PbTritonIO, TritonLogger, TritonRequestView
@@ -83,7 +82,7 @@ class ModelInstance:
                         *([self.activity.stat_logger_class()] if watched else [])]
         # Process-wide, so set before the engine loop and the response threads exist (GIL_SWITCH_INTERVAL_MS)
         fixed_ms = plan.settings.gil_switch_interval_ms
-        self.switch_interval = SwitchInterval(PYTHON_SWITCH_INTERVAL_MS / 1000) if fixed_ms is None else None
+        self.switch_interval = SwitchInterval() if fixed_ms is None else None  # `auto`: sets Python's own now
         if fixed_ms is not None:
             sys.setswitchinterval(fixed_ms / 1000)
         self.runner = EngineRunner(build_engine_args(dict(plan.engine_config)), stat_loggers,

@@ -15,7 +15,6 @@ from ..common.parameters import AutoOr, ParameterTable, Switch, choice, seconds
 # Keys Triton's Python backend itself reads from the same `parameters` block.
 PYTHON_BACKEND_KEYS = frozenset({"EXECUTION_ENV_PATH", "FORCE_CPU_ONLY_INPUT_TENSORS"})
 MAX_RESPONSE_THREADS = 32
-PYTHON_SWITCH_INTERVAL_MS = 5.0  # sys.getswitchinterval() of a fresh interpreter
 
 
 def _gpu_ids(value: Any) -> Any:

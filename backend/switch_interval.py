@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 
+RELAXED_S = 0.005  # Python's own: sys.getswitchinterval() of a fresh interpreter
 HURRIED_S = 0.0005  # the short interval: 0.1 ms served 0.74–0.76 × the tokens/s of 0.5 ms on the H200
 BEHIND_AFTER_S = 0.010  # two of Python's intervals: by then at least one send has waited a whole interval
 
@@ -24,7 +25,7 @@ BEHIND_AFTER_S = 0.010  # two of Python's intervals: by then at least one send h
 class SwitchInterval:
     """The process-wide interval: `relaxed_s` while no response thread is behind, `hurried_s` while one is."""
 
-    def __init__(self, relaxed_s: float, hurried_s: float = HURRIED_S,
+    def __init__(self, relaxed_s: float = RELAXED_S, hurried_s: float = HURRIED_S,
                  set_interval: Callable[[float], None] = sys.setswitchinterval) -> None:
         self.relaxed_s = relaxed_s
         self.hurried_s = hurried_s
