@@ -109,9 +109,11 @@ class ModelInstance:
                                          trace_attributes=plan.labels.span_attributes())
         stack.callback(self.service.close)
         stack.callback(lambda: self.service.drain(self._drain_timeout_s))
+        # Built before the metrics start: its families are in the registry for the publisher's first flush, so
+        # they are on /metrics with their values when the model turns READY (started after, to watch a served engine)
+        self.monitor = self._health_monitor() if plan.health.enabled else None
         if self.metrics is not None:
             self.metrics.start(self._info(), self.service.inflight_count)
-        self.monitor = self._health_monitor() if plan.health.enabled else None
         if self.monitor is not None:
             self.monitor.start()
             stack.callback(self.monitor.stop)

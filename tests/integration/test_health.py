@@ -13,7 +13,7 @@ import signal
 import time
 
 import requests
-from conftest import EXPLICIT_STARTUP, FAST_HEALTH
+from conftest import EXPLICIT_MODELS, EXPLICIT_STARTUP, FAST_HEALTH
 from helpers import (
     Stream,
     engine_of,
@@ -22,6 +22,7 @@ from helpers import (
     ipc_sockets,
     repository,
     scrape,
+    series,
     snapshot,
     start_load,
     stub_of,
@@ -80,6 +81,10 @@ def test_an_empty_compile_cache_cannot_stall_the_first_logprobs_request(explicit
     for model in EXPLICIT_STARTUP:
         assert value(families, names.VLLM_REQUEST_SUCCESS, model=model) == 0
         assert value(families, names.VLLM_PROMPT_TOKENS, model=model) == 0
+        # the monitor's families are published with the rest before READY, not up to a publish interval after
+        healthy = series(families, names.ENGINE_HEALTHY, model=model)
+        assert [s.value for s in healthy] == ([1] if EXPLICIT_MODELS[model].get("ENABLE_VLLM_HEALTH_CHECK") else []), (
+            model, healthy)
     if not gpu_present():  # on CPU inductor builds it with a C++ compiler into this cache (not so on a GPU)
         assert any(cold_compile_cache.iterdir()), "the server's engines compiled nothing into the empty cache"
     assert explicit_server.log_text().count("engine warm-up: one request with logprobs served in") == len(
