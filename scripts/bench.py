@@ -40,6 +40,7 @@ import threading
 import time
 import traceback
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -120,6 +121,12 @@ class Run:
     @property
     def tokens_per_s(self) -> float:
         return self.tokens / self.seconds if self.seconds else 0.0
+
+    @property
+    def last_first_token_s(self) -> float | None:
+        """When the last stream had its first token: every stream starts with the round, so until then the engine
+        ran fewer than all of them. The rest of the round is the streams' decoding, paced by the engine's steps."""
+        return max(self.ttft) if self.ttft else None
 
 
 class StreamTimer:
@@ -436,6 +443,11 @@ def summarize(runs: list[Run]) -> dict:
         "tokens_per_s": median_range([r.tokens_per_s for r in runs]),
         "ttft_p50_ms": median_range([_ms(pct(r.ttft, 50)) for r in runs]),
         "ttft_p99_ms": median_range([_ms(pct(r.ttft, 99)) for r in runs]),
+        # the round split at the last first token: the throughput ratios' share of starting against decoding
+        "round_ms": median_range([_ms(r.seconds) for r in runs]),
+        "last_first_token_ms": median_range([_ms(r.last_first_token_s) for r in runs]),
+        "after_last_first_token_ms": median_range([_ms(r.seconds - r.last_first_token_s) for r in runs
+                                                   if r.last_first_token_s is not None]),
         "itl_p50_ms": median_range([_ms(pct(r.itl, 50)) for r in runs]),
         "itl_p99_ms": median_range([_ms(pct(r.itl, 99)) for r in runs]),
         "scrape_p50_ms": median_range([_ms(pct(r.scrape, 50)) for r in runs]),
@@ -448,7 +460,8 @@ def summarize(runs: list[Run]) -> dict:
         "errors": sum(r.errors for r in runs),
         "publish": {name: median_range([r.publish.get(name) for r in runs])
                     for name in sorted({n for r in runs for n in r.publish})},
-        "rounds": [asdict(r) | {"tokens_per_s": r.tokens_per_s, "cpu_ms_per_token": r.cpu_ms_per_token}
+        "rounds": [asdict(r) | {"tokens_per_s": r.tokens_per_s, "cpu_ms_per_token": r.cpu_ms_per_token,
+                                "last_first_token_s": r.last_first_token_s}
                    for r in runs],
     }
 
@@ -464,13 +477,23 @@ def ratio(results: dict, top: str, bottom: str) -> float | None:
     return a / b if a and b else None
 
 
-def paired_ratio(results: dict, top: str, bottom: str) -> dict | None:
+def decoding_tokens_per_s(measured: dict) -> float:
+    """A round's tokens over its time after the last stream's first token: its pace once every stream runs (every
+    configuration has the same tokens, so the ratio of two is the ratio of their decoding times)."""
+    first = measured["last_first_token_s"]
+    return measured["tokens"] / (measured["seconds"] - first) if first is not None and measured["seconds"] > first \
+        else 0.0
+
+
+def paired_ratio(results: dict, top: str, bottom: str,
+                 rate: Callable[[dict], float] = lambda measured: measured["tokens_per_s"]) -> dict | None:
     """top / bottom round by round (the two ran back to back, so machine drift mostly cancels), with the
-    median's 95 % bootstrap interval: how far another run with as many rounds may land."""
+    median's 95 % bootstrap interval: how far another run with as many rounds may land. `rate` reads a round's
+    figure (its tokens per second unless told)."""
     if top not in results or bottom not in results:
         return None
     pairs = zip(results[top]["rounds"], results[bottom]["rounds"], strict=True)
-    ratios = [a["tokens_per_s"] / b["tokens_per_s"] for a, b in pairs if a["tokens_per_s"] and b["tokens_per_s"]]
+    ratios = [rate(a) / rate(b) for a, b in pairs if rate(a) and rate(b)]
     if not ratios:
         return None
     draws = np.random.default_rng(0).choice(ratios, size=(2000, len(ratios)))
@@ -638,13 +661,16 @@ def table(results: dict, ratios: dict) -> str:
     def fmt(value: float | None, digits: int = 0) -> str:
         return "—" if value is None else f"{value:,.{digits}f}"
 
-    rows = ["| config | tokens/s (min–max) | TTFT p50 / p99 ms | ITL p50 / p99 ms | scrape p50 / p99 ms "
-            "| CPU ms / token | peak RSS MiB |", "|---|---|---|---|---|---|---|"]
+    rows = ["| config | tokens/s (min–max) | TTFT p50 / p99 ms | round ms · to the last first token / after it "
+            "| ITL p50 / p99 ms | scrape p50 / p99 ms | CPU ms / token | peak RSS MiB |",
+            "|---|---|---|---|---|---|---|---|"]
     for key, result in results.items():
         t = result["tokens_per_s"]
         rows.append(
             f"| {key}: {CONFIGS[key][0]} | {fmt(t['median'])} ({fmt(t['min'])}–{fmt(t['max'])}) | "
             f"{fmt(result['ttft_p50_ms']['median'], 1)} / {fmt(result['ttft_p99_ms']['median'], 1)} | "
+            f"{fmt(result['round_ms']['median'])} · {fmt(result['last_first_token_ms']['median'])} / "
+            f"{fmt(result['after_last_first_token_ms']['median'])} | "
             f"{fmt(result['itl_p50_ms']['median'], 1)} / {fmt(result['itl_p99_ms']['median'], 1)} | "
             f"{fmt(result['scrape_p50_ms']['median'], 1)} / {fmt(result['scrape_p99_ms']['median'], 1)} | "
             f"{fmt(result['cpu_ms_per_token']['median'], 2)} | {fmt(result['peak_rss_mib'])} |")
@@ -729,8 +755,12 @@ SERVING = {"triton_http_over_vllm_serve": ("h", "v"), "triton_grpc_over_vllm_ser
 
 
 def paired_ratios_of(results: dict) -> dict:
-    return {name: paired for name, (top, bottom) in {**SERVING, **ON_OFF}.items()
-            if (paired := paired_ratio(results, top, bottom)) is not None}
+    """The tokens/s ratios, and the serving ones again over each round's decoding only (`…_decoding`): where a
+    front end's ratio is below its decoding ratio, the difference is in how fast its streams started."""
+    return {**{name: paired for name, (top, bottom) in {**SERVING, **ON_OFF}.items()
+               if (paired := paired_ratio(results, top, bottom)) is not None},
+            **{f"{name}_decoding": paired for name, (top, bottom) in SERVING.items()
+               if (paired := paired_ratio(results, top, bottom, decoding_tokens_per_s)) is not None}}
 
 
 def paired_table(paired: dict) -> str:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from helpers import ROOT
 
 
@@ -33,6 +34,11 @@ def test_bench_smoke_run_writes_json(tmp_path):
         assert measured["tokens_per_s"]["median"] > 0 and measured["errors"] == 0, key
         # every stream got all its tokens: 2 requests × 4 tokens per round
         assert [r["tokens"] for r in measured["rounds"]] == [8], key
+        # the round split at its last first token
+        (round_,) = measured["rounds"]
+        assert round_["last_first_token_s"] == max(round_["ttft"]) < round_["seconds"], key
+        assert measured["after_last_first_token_ms"]["median"] == pytest.approx(
+            measured["round_ms"]["median"] - measured["last_first_token_ms"]["median"]), key
     for key in ("c", "e", "f"):  # metrics on: the publisher's cost in the round, once it had caught up
         publish = report["results"][key]["publish"]
         assert publish["calls_per_s"]["median"] > 0 and publish["catch_up_s"]["median"] >= 0, key
@@ -48,6 +54,11 @@ def test_bench_smoke_run_writes_json(tmp_path):
     assert report["ratios"]["scrape_p99_ms"] > 0
     paired = report["paired_ratios"]["triton_http_over_vllm_serve"]  # round by round, with its interval
     assert len(paired["rounds"]) == 1 and paired["ci95"][0] <= paired["median"] <= paired["ci95"][1]
+    decoding = report["paired_ratios"]["triton_http_over_vllm_serve_decoding"]  # the same after the starts
+    h, v = (report["results"][k]["rounds"][0] for k in ("h", "v"))
+    assert decoding["rounds"] == [pytest.approx((v["seconds"] - v["last_first_token_s"])
+                                                / (h["seconds"] - h["last_first_token_s"]))]
+    assert "triton_http_over_vllm_serve_decoding" in result.stdout and "to the last first token" in result.stdout
     assert "Round by round" in result.stdout and report["workload"]["engine"]["stream_interval"] == 1
     assert report["machine"]["cores"] >= 1 and report["workload"]["concurrency"] == 2
     # the sweep: each level's results and ratios, and the plot
