@@ -23,6 +23,7 @@ from ..common.errors import (
 )
 from ..common.vllm_compat import request_errors
 from .engine_runner import EngineRunner
+from .lanes_behind import LanesBehind
 from .lora import LoraRegistry
 from .request_decoding import EmbedRequest, GenerateRequest, OutputOptions, RequestView, decode_request
 from .response_encoding import chunk_from_embedding, chunk_from_output
@@ -75,8 +76,9 @@ class GenerationService:
         # metrics.exemplars.ExemplarStore.request_finished with OTLP metrics and tracing on: a traced request's
         # (trace id, span id) and vLLM's own timings of it (RequestOutput.metrics)
         self._exemplars = exemplars
-        self.responses = ResponseLanes(response_threads, io, self._abort, self._finished, log.error,
-                                       switch_interval)
+        # how far the response threads are behind the engine: the switch interval (`auto`) hears it, metrics read it
+        behind = LanesBehind(on_change=switch_interval.lanes_behind if switch_interval is not None else None)
+        self.responses = ResponseLanes(response_threads, io, self._abort, self._finished, log.error, behind)
 
     # -- Triton's execute thread ----------------------------------------------------------------
     def submit(self, request: Any, view: RequestView) -> None:

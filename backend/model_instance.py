@@ -113,7 +113,7 @@ class ModelInstance:
         # they are on /metrics with their values when the model turns READY (started after, to watch a served engine)
         self.monitor = self._health_monitor() if plan.health.enabled else None
         if self.metrics is not None:
-            self.metrics.start(self._info(), self.service.inflight_count)
+            self.metrics.start(self._info(), self.service.inflight_count, self.service.responses.behind.seconds)
         if self.monitor is not None:
             self.monitor.start()
             stack.callback(self.monitor.stop)
@@ -212,6 +212,7 @@ class ModelInstance:
             if drain_timeout_s is not None:
                 self._drain_timeout_s = drain_timeout_s
             self._teardown.close()
-            paced = "" if self.switch_interval is None else (
-                f" (the GIL switch interval was shortened {self.switch_interval.hurries} times while serving)")
-            self.log.info(f"unloaded: the engine and its processes are shut down{paced}")
+            behind = f"response threads behind the engine for {self.service.responses.behind.seconds():.1f} s"
+            if self.switch_interval is not None:
+                behind += f", the GIL switch interval shortened {self.switch_interval.hurries} times"
+            self.log.info(f"unloaded: the engine and its processes are shut down ({behind} while serving)")

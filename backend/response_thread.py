@@ -24,9 +24,9 @@ from typing import Any, Protocol
 from ..common.errors import InternalError, RequestCancelled, RequestError
 from ..common.owned_thread import JOIN_TIMEOUT_S, OwnedThread
 from ..common.vocabulary import Outcome
+from .lanes_behind import LanePace, LanesBehind
 from .request_decoding import OutputOptions
 from .response_encoding import ResponseChunk
-from .switch_interval import LanePace, SwitchInterval
 
 
 class TritonIO(Protocol):
@@ -71,7 +71,7 @@ class ResponseThread:
         pace: LanePace | None = None,
     ) -> None:
         self._io = io
-        self._pace = pace  # GIL_SWITCH_INTERVAL_MS "auto": says when this thread is behind
+        self._pace = pace  # says when this thread is behind the engine (backend.lanes_behind)
         self._on_cancel = on_cancel
         self._on_finished = on_finished
         self._log_error = log_error
@@ -224,10 +224,11 @@ class ResponseLanes:
 
     def __init__(self, count: int, io: TritonIO, on_cancel: Callable[[InflightRequest], None],
                  on_finished: Callable[[InflightRequest, Outcome], None], log_error: Callable[[str], None],
-                 switch_interval: SwitchInterval | None = None) -> None:
+                 behind: LanesBehind | None = None) -> None:
+        self.behind = behind or LanesBehind()
         self._lanes = [ResponseThread(io, on_cancel, on_finished, log_error,
                                       name="vllm-responses" if count == 1 else f"vllm-responses-{i}",
-                                      pace=LanePace(switch_interval) if switch_interval is not None else None)
+                                      pace=LanePace(self.behind))
                        for i in range(count)]
         self._turn = itertools.count()
 

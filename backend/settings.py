@@ -61,7 +61,8 @@ class BackendSettings(ParameterTable):
         "threads that send responses to Triton, each request on one of them, its responses in order: each send "
         "waits for the server's answer, so with one thread the first tokens of many simultaneous streams leave "
         "one after another. On the H200 four served 1.13–1.16 × the tokens/s of one at 64 streams, within the "
-        "noise (docs/benchmarks.md, \"Where the first token's time goes\")"))
+        "noise (docs/benchmarks.md, \"Where the first token's time goes\"). How often they are behind the "
+        "engine: vllm_triton_response_threads_behind_seconds_total (docs/serving.md)"))
     gil_switch_interval_ms: Annotated[float | None, AutoOr] = Field(
         None, alias="GIL_SWITCH_INTERVAL_MS", gt=0, le=100, allow_inf_nan=False,
         json_schema_extra={"bound_reason": "a thread holding the GIL longer stalls every other (Python's own is 5)"},

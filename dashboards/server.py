@@ -47,6 +47,12 @@ def build(config: Config, slo_buckets: dict[str, tuple[float, ...]]) -> Dashboar
                           "mean over the window: 1 unless batched admission is on (config.pbtxt max_batch_size > "
                           "0), when requests that arrive together are handed over together.", "short",
                           (mean(names.EXECUTE_BATCH_SIZE, TRITON, names.MODEL), "{{model}}"), span=12))
+        .with_panel(graph("Response threads behind the engine", "The average number of each instance's response "
+                          "threads that were behind the engine's output (their responses waited more than 10 ms "
+                          "to be sent). Near config.pbtxt RESPONSE_THREADS the model's stub process is the limit: "
+                          "tokens reach clients later than the engine made them.", "short",
+                          (sum_rate(names.RESPONSE_THREADS_BEHIND, TRITON, f"{names.MODEL}, {names.MODEL_INSTANCE}"),
+                           "{{model}} {{model_instance}}"), span=12))
         .with_row(row("Per model: ensembles and their steps"))
         .with_panel(graph("Requests per model", "Requests Triton answered per second for every model, an ensemble "
                           "and each of its steps (preprocessor, vLLM model, postprocessor) apart.", "reqps",

@@ -29,11 +29,13 @@ class BackendFamilies:
     """Info, request outcomes and the exporter's own liveness; gauges are refreshed before each publish."""
 
     def __init__(self, registry: InstanceRegistry, info: BackendInfo, inflight_count: Callable[[], int],
-                 activity: EngineActivity) -> None:
+                 activity: EngineActivity, behind_seconds: Callable[[], float] = lambda: 0.0) -> None:
         classes = registry.classes()
         gauge, counter, histogram = classes[Kind.GAUGE], classes[Kind.COUNTER], classes[Kind.HISTOGRAM]
         self._activity = activity
         self._inflight_count = inflight_count
+        self._behind_seconds = behind_seconds
+        self._behind_published = 0.0
         gauge(names.INFO, INFO_HELP,
               labelnames=["vllm_version", "backend_version", "metrics_enabled", "health_check_enabled"]).labels(
             info.vllm_version, info.backend_version, str(info.metrics_enabled).lower(),
@@ -50,6 +52,12 @@ class BackendFamilies:
                                        "batched admission is on (config.pbtxt max_batch_size > 0), when requests "
                                        "queued meanwhile come together; the count is the execute() calls.",
                                        buckets=EXECUTE_BATCH_BUCKETS)
+        self.behind = counter(names.RESPONSE_THREADS_BEHIND,
+                              "Seconds the response threads were behind the engine, summed over threads: a thread "
+                              "is behind from 10 ms after it took the responses waiting in its queue, if it has not "
+                              "sent them all by then, until its queue is empty. Its rate is the average number of "
+                              "threads behind (at most config.pbtxt RESPONSE_THREADS): near it, the stub's one "
+                              "process is what limits, and the streams' tokens reach their clients late.")
         self.spans_dropped = counter(names.TRACE_SPANS_DROPPED,
                                      "Trace spans the exporter could not deliver to the OTLP receiver (tracing on "
                                      "only: tritonserver --trace-config mode=opentelemetry).")
@@ -100,6 +108,10 @@ class BackendFamilies:
         """Called by the publisher before it snapshots the registry."""
         inflight = self._inflight_count()
         self.inflight.set(inflight)
+        behind = self._behind_seconds()
+        if behind > self._behind_published:
+            self.behind.inc(behind - self._behind_published)
+            self._behind_published = behind
         # Ages on the activity's monotonic clock, turned into Unix time here: a step of the wall clock cannot fake one.
         now = self._activity.now()
         self.last_progress.set(time.time() - (now - self._activity.last_progress(inflight)))

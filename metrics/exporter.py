@@ -75,8 +75,9 @@ class MetricsExporter:
         if publisher is not None:
             publisher.changed()
 
-    def start(self, info: BackendInfo, inflight_count: Callable[[], int]) -> None:
-        self.families = BackendFamilies(self.registry, info, inflight_count, self._activity)
+    def start(self, info: BackendInfo, inflight_count: Callable[[], int],
+              behind_seconds: Callable[[], float]) -> None:
+        self.families = BackendFamilies(self.registry, info, inflight_count, self._activity, behind_seconds)
         self._publisher = TritonPublisher(self.registry, self._pb, self.errors, PUBLISH_INTERVAL_S,
                                           before_flush=self.families.refresh, as_series=self._as_series,
                                           on_cost=self._published)

@@ -33,6 +33,8 @@ ENGINE_RESTARTS = "vllm_triton_engine_restarts_total"
 TRACE_SPANS_DROPPED = "vllm_triton_trace_spans_dropped_total"
 # Requests Triton handed over per execute() call: always 1 unless batched admission is on (max_batch_size > 0)
 EXECUTE_BATCH_SIZE = "vllm_triton_execute_batch_size"
+# Thread-seconds the response threads were behind the engine (backend.lanes_behind): the stub's saturation signal
+RESPONSE_THREADS_BEHIND = "vllm_triton_response_threads_behind_seconds_total"
 
 # -- tracing: the backend's OpenTelemetry service and the span attribute dashboards search by ---------------------
 TRACE_SERVICE = "vllm-triton-backend"  # unless OTEL_SERVICE_NAME says otherwise

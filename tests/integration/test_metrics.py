@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import os
+import signal
 import time
 
 import pytest
@@ -19,6 +21,7 @@ from helpers import (
     scrape,
     series,
     snapshot,
+    start_load,
     value,
     wait_until,
 )
@@ -332,6 +335,30 @@ def test_backend_info_and_exporter_health(server):
         assert series(families, names.METRICS_ERRORS, model="vllm_model", stage=stage)
         assert value(families, names.METRICS_ERRORS, model="vllm_model", stage=stage) == 0
     assert "metrics record failed" not in server.log_text() and "metrics publish failed" not in server.log_text()
+
+
+def test_a_response_thread_held_up_by_tritonserver_is_counted_behind_for_as_long(server):
+    """vllm_triton_response_threads_behind_seconds_total: tritonserver stopped (SIGSTOP) for a second while eight
+    streams run — the response thread's send waits for it while the engine's tokens queue up behind — counts about a
+    second; an idle instance adds nothing, and no thread can be behind for longer than the load lasted."""
+    model = "vllm_model"  # one response thread
+    before = value(snapshot(server), names.RESPONSE_THREADS_BEHIND, model=model)
+    time.sleep(1.5)  # idle for more than a publish interval
+    assert value(snapshot(server), names.RESPONSE_THREADS_BEHIND, model=model) == before
+    started = time.monotonic()
+    streams = start_load(server, model, n=8)
+    os.kill(server.process.pid, signal.SIGSTOP)
+    try:
+        time.sleep(1.0)
+    finally:
+        os.kill(server.process.pid, signal.SIGCONT)
+    for stream in streams:
+        stream.join(180)
+    assert all(stream.error is None and stream.events[-1][1].get("text_output") is not None for stream in streams)
+    lasted = time.monotonic() - started
+    wait_until(lambda: value(snapshot(server), names.RESPONSE_THREADS_BEHIND, model=model) - before >= 0.9,
+               timeout=10)
+    assert value(snapshot(server), names.RESPONSE_THREADS_BEHIND, model=model) - before <= lasted
 
 
 def test_liveness_is_a_unix_timestamp_of_engine_progress_and_the_old_name_keeps_the_last_step(server):

@@ -3,6 +3,7 @@
 import threading
 import time
 
+from vllm_triton_observable.backend.lanes_behind import LanesBehind
 from vllm_triton_observable.backend.request_decoding import OutputOptions
 from vllm_triton_observable.backend.response_encoding import ResponseChunk
 from vllm_triton_observable.backend.response_thread import InflightRequest, ResponseLanes, ResponseThread
@@ -169,7 +170,7 @@ def test_a_response_thread_whose_sends_are_slow_shortens_the_interval_and_restor
     """The real ResponseThread loop: a batch still being sent after 10 ms hurries, an empty queue relaxes."""
     set_to = []
     interval = SwitchInterval(0.005, 0.0005, set_interval=set_to.append)
-    lanes = ResponseLanes(1, FakeIO(), lambda r: None, lambda r, o: None, print, switch_interval=interval)
+    lanes = ResponseLanes(1, FakeIO(), lambda r: None, lambda r, o: None, print, LanesBehind(interval.lanes_behind))
     blocker, slow = FakeSender(), SlowSender()
     blocker.gate.clear()
     first = InflightRequest("first", blocker, OutputOptions())
@@ -184,13 +185,15 @@ def test_a_response_thread_whose_sends_are_slow_shortens_the_interval_and_restor
     wait_for(lambda: len(slow.sent) == 4)
     wait_for(lambda: set_to == [0.005, 0.0005, 0.005])
     assert interval.hurries == 1
+    # behind from 10 ms into the batch until its four 6-ms sends were done: at least the last two sends' time
+    assert 0.010 <= lanes.behind.seconds() < 5
     lanes.stop()
 
 
 def test_a_thread_that_keeps_up_leaves_the_interval_alone():
     set_to = []
     interval = SwitchInterval(0.005, 0.0005, set_interval=set_to.append)
-    lanes = ResponseLanes(2, FakeIO(), lambda r: None, lambda r, o: None, print, switch_interval=interval)
+    lanes = ResponseLanes(2, FakeIO(), lambda r: None, lambda r, o: None, print, LanesBehind(interval.lanes_behind))
     sender = FakeSender()
     for i in range(20):
         request = InflightRequest(f"r{i}", sender, OutputOptions())
@@ -198,4 +201,4 @@ def test_a_thread_that_keeps_up_leaves_the_interval_alone():
         lanes.send_chunk(request, chunk("a", finished=True))
     wait_for(lambda: len(sender.sent) == 20)
     lanes.stop()
-    assert set_to == [0.005] and interval.hurries == 0
+    assert set_to == [0.005] and interval.hurries == 0 and lanes.behind.seconds() == 0

@@ -1,6 +1,10 @@
-"""GIL_SWITCH_INTERVAL_MS "auto": short only while a response thread is behind, Python's otherwise."""
+"""GIL_SWITCH_INTERVAL_MS "auto": short only while a response thread is behind, Python's otherwise; and the
+thread-seconds behind that vllm_triton_response_threads_behind_seconds_total publishes."""
 
-from vllm_triton_observable.backend.switch_interval import LanePace, SwitchInterval
+import pytest
+
+from vllm_triton_observable.backend.lanes_behind import LanePace, LanesBehind
+from vllm_triton_observable.backend.switch_interval import SwitchInterval
 
 
 class Clock:
@@ -15,7 +19,7 @@ def test_the_interval_is_pythons_until_a_thread_falls_behind_and_again_once_it_c
     set_to = []
     interval = SwitchInterval(0.005, 0.0005, set_interval=set_to.append)
     clock = Clock()
-    lane = LanePace(interval, behind_after_s=0.010, clock=clock)
+    lane = LanePace(LanesBehind(interval.lanes_behind, clock=clock), behind_after_s=0.010, clock=clock)
     assert set_to == [0.005]
     lane.batch_taken()
     clock.now += 0.009
@@ -37,7 +41,8 @@ def test_with_several_threads_the_interval_stays_short_until_the_last_one_caught
     set_to = []
     interval = SwitchInterval(0.005, 0.0005, set_interval=set_to.append)
     clock = Clock()
-    first, second = (LanePace(interval, behind_after_s=0.010, clock=clock) for _ in range(2))
+    lanes = LanesBehind(interval.lanes_behind, clock=clock)
+    first, second = (LanePace(lanes, behind_after_s=0.010, clock=clock) for _ in range(2))
     first.batch_taken(), second.batch_taken()
     clock.now += 0.020
     first.before_send(), second.before_send()
@@ -45,3 +50,27 @@ def test_with_several_threads_the_interval_stays_short_until_the_last_one_caught
     assert set_to == [0.005, 0.0005], "one thread is still behind"
     second.caught_up()
     assert set_to == [0.005, 0.0005, 0.005] and interval.hurries == 1
+
+
+def test_the_seconds_behind_count_from_10_ms_into_the_batch_summed_over_threads_running_spells_included():
+    clock = Clock()
+    counts = []
+    lanes = LanesBehind(counts.append, clock=clock)
+    first, second = (LanePace(lanes, behind_after_s=0.010, clock=clock) for _ in range(2))
+    assert lanes.seconds() == 0.0
+    first.batch_taken()
+    clock.now += 1.0  # its first send waited a second (tritonserver stalled, say)
+    first.before_send()  # noticed now, behind since 10 ms into the batch
+    assert lanes.seconds() == pytest.approx(0.990)
+    clock.now += 1.0
+    assert lanes.seconds() == pytest.approx(1.990)  # a spell still running counts
+    second.batch_taken()
+    clock.now += 0.011
+    second.before_send()  # two threads behind
+    clock.now += 0.5
+    first.caught_up()
+    clock.now += 0.25
+    second.caught_up()
+    clock.now += 10.0  # nobody behind: nothing more
+    assert lanes.seconds() == pytest.approx((1.990 + 0.011 + 0.5) + (0.001 + 0.5 + 0.25))
+    assert counts == [1, 2, 1, 0]
