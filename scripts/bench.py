@@ -80,6 +80,8 @@ CONFIGS = {  # key: (label, the Triton model's config.pbtxt parameters, or None 
 BATCHED_ADMISSION = {"q": 256}
 HTTP_CLIENT = {"h", "p", "q", "s", "t"}  # measured with the HTTP SSE client (the others with gRPC streaming)
 METRICS_ON = {"c", "d", "e", "f", "g"}  # scraped while measured; their publish cost is read per round
+# Read from the stub's own families after each round (its publisher's cost, its response threads' time behind)
+COUNTED = METRICS_ON | HTTP_CLIENT
 TRACED = {"e", "f"}  # served by the tritonserver in OpenTelemetry mode
 SAME_MODEL = {"h": "c", "f": "e"}  # configurations that measure another's model (another client, or untraced)
 PROMPT = "Benchmark request {i}: the quick brown fox jumps over the lazy dog while the server streams tokens."
@@ -519,14 +521,16 @@ def machine() -> dict:
 
 
 def publish_counters(server: TritonServer, model: str) -> dict[str, float]:
-    """The publisher's own cost families (metrics.publisher) of one model, summed over its instances."""
+    """The publisher's own cost families (metrics.publisher) of one model, and its response threads' seconds behind
+    the engine (backend.lanes_behind), summed over its instances."""
     import requests
     from prometheus_client.parser import text_string_to_metric_families
 
     from vllm_triton_observable.metrics import names
 
     wanted = {names.METRICS_PUBLISHES: "publishes", names.METRICS_PUBLISH_WALL: "wall_s",
-              names.METRICS_PUBLISH_CPU: "cpu_s", names.METRICS_PUBLISH_CALLS: "calls"}
+              names.METRICS_PUBLISH_CPU: "cpu_s", names.METRICS_PUBLISH_CALLS: "calls",
+              names.RESPONSE_THREADS_BEHIND: "behind_s"}
     text = requests.get(server.metrics_url, timeout=10).text
     totals = dict.fromkeys(wanted.values(), 0.0)
     for family in text_string_to_metric_families(text):
@@ -538,9 +542,10 @@ def publish_counters(server: TritonServer, model: str) -> dict[str, float]:
 
 def publish_cost(before: dict[str, float], after: dict[str, float], seconds: float) -> dict[str, float]:
     """Per round: Triton calls per second of the round's traffic, the publisher thread's wall and CPU ms per
-    publish."""
+    publish, and the response threads behind the engine on average over the round (thread-seconds per second)."""
     publishes = max(after["publishes"] - before["publishes"], 1.0)
     return {"calls_per_s": (after["calls"] - before["calls"]) / seconds if seconds else 0.0,
+            "threads_behind": (after["behind_s"] - before["behind_s"]) / seconds if seconds else 0.0,
             "wall_ms_per_publish": 1000 * (after["wall_s"] - before["wall_s"]) / publishes,
             "cpu_ms_per_publish": 1000 * (after["cpu_s"] - before["cpu_s"]) / publishes}
 
@@ -683,12 +688,15 @@ def table(results: dict, ratios: dict) -> str:
         rows.append(f"| {key}: {CONFIGS[key][0]} | " + " | ".join(fmt(by_role.get(r), 3) for r in roles) + " |")
     published = {key: result["publish"] for key, result in results.items() if result.get("publish")}
     if published:
-        rows += ["", "The metrics publisher (medians of the rounds): Triton calls per second of traffic, its "
-                 "thread's wall and CPU ms per publish (each second and as requests finish), and how long after the "
-                 "round Triton's values had caught up (two publishes at the least):", "",
-                 "| config | calls / s | wall ms / publish | CPU ms / publish | caught up after (s) |",
-                 "|---|---|---|---|---|"]
-        rows += [f"| {key}: {CONFIGS[key][0]} | {fmt(p['calls_per_s']['median'])} | "
+        rows += ["", "The stub, from its own metrics (medians of the rounds): its response threads behind the engine "
+                 "on average over the round (1 = one thread behind all the time: the stub is the limit), the "
+                 "metrics publisher's Triton calls per second of traffic, its thread's wall and CPU ms per publish "
+                 "(each second and as requests finish), and how long after the round Triton's values had caught up "
+                 "(two publishes at the least):", "",
+                 "| config | threads behind | calls / s | wall ms / publish | CPU ms / publish | caught up after (s) |",
+                 "|---|---|---|---|---|---|"]
+        rows += [f"| {key}: {CONFIGS[key][0]} | {fmt(p['threads_behind']['median'], 2)} | "
+                 f"{fmt(p['calls_per_s']['median'])} | "
                  f"{fmt(p['wall_ms_per_publish']['median'], 1)} | {fmt(p['cpu_ms_per_publish']['median'], 1)} | "
                  f"{fmt(p['catch_up_s']['median'], 1)} |" for key, p in published.items()]
     rows.append("")
@@ -704,7 +712,7 @@ def measure(key: str, concurrency: int, tokens: int, servers: dict[str, Any], en
     sampler = RssSampler(pids)
     cpu_pids = pids if key == "a" else [*pids, os.getpid()]  # servers: the client's CPU too
     time.sleep(settle)
-    counted = servers.get(server_of(key)) if key in METRICS_ON else None  # its publish cost is read
+    counted = servers.get(server_of(key)) if key in COUNTED else None  # its publish cost is read
     published = publish_counters(counted, f"bench_{model_of(key)}") if counted is not None else None
     cpu_before = cpu_seconds(cpu_pids)
     sampler.start()

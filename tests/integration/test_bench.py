@@ -39,10 +39,11 @@ def test_bench_smoke_run_writes_json(tmp_path):
         assert round_["last_first_token_s"] == max(round_["ttft"]) < round_["seconds"], key
         assert measured["after_last_first_token_ms"]["median"] == pytest.approx(
             measured["round_ms"]["median"] - measured["last_first_token_ms"]["median"]), key
-    for key in ("c", "e", "f"):  # metrics on: the publisher's cost in the round, once it had caught up
+    for key in ("h", "c", "e", "f"):  # metrics on: the publisher's cost in the round, once it had caught up
         publish = report["results"][key]["publish"]
         assert publish["calls_per_s"]["median"] > 0 and publish["catch_up_s"]["median"] >= 0, key
-    assert "The metrics publisher" in result.stdout
+        assert 0 <= publish["threads_behind"]["median"] <= 1, key  # one response thread: behind at most all along
+    assert report["results"]["v"]["publish"] == {} and "threads behind" in result.stdout
     assert report["results"]["v"]["cpu_ms_per_token_by_role"].keys() >= {"client", "API server"}
     assert report["results"]["h"]["cpu_ms_per_token_by_role"].keys() >= {"client", "stub", "tritonserver"}
     assert report["ratios"]["triton_http_over_vllm_serve"] > 0 and report["ratios"]["ttft_p50_overhead_ms"] is not None
