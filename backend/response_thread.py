@@ -71,7 +71,7 @@ class ResponseThread:
         pace: LanePace | None = None,
     ) -> None:
         self._io = io
-        self._pace = pace  # says when this thread is behind the engine (backend.lanes_behind)
+        self._pace = pace or LanePace(LanesBehind())  # says when this thread is behind the engine
         self._on_cancel = on_cancel
         self._on_finished = on_finished
         self._log_error = log_error
@@ -125,17 +125,15 @@ class ResponseThread:
                     batch.append(self._queue.get_nowait())
                 except queue.Empty:
                     break
-            if self._pace is not None:
-                self._pace.batch_taken()
+            self._pace.batch_taken()
             for item in self._coalesce([i for i in batch if i is not None]):
-                if self._pace is not None:
-                    self._pace.before_send()
+                self._pace.before_send()
                 try:
                     self._deliver(item)
                 except Exception as exc:  # this thread serves every request: it must outlive any one of them
                     self._log_error(f"delivering a response for request {item.request.request_id} "
                                     f"failed: {type(exc).__name__}: {exc}")
-            if self._pace is not None and self._queue.empty():
+            if self._queue.empty():
                 self._pace.caught_up()
             if None in batch:
                 return

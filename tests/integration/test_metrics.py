@@ -342,9 +342,13 @@ def test_a_response_thread_held_up_by_tritonserver_is_counted_behind_for_as_long
     streams run — the response thread's send waits for it while the engine's tokens queue up behind — counts about a
     second; an idle instance adds nothing, and no thread can be behind for longer than the load lasted."""
     model = "vllm_model"  # one response thread
-    before = value(snapshot(server), names.RESPONSE_THREADS_BEHIND, model=model)
+
+    def behind() -> float:
+        return value(snapshot(server), names.RESPONSE_THREADS_BEHIND, model=model)
+
+    before = behind()
     time.sleep(1.5)  # idle for more than a publish interval
-    assert value(snapshot(server), names.RESPONSE_THREADS_BEHIND, model=model) == before
+    assert behind() == before
     started = time.monotonic()
     streams = start_load(server, model, n=8)
     os.kill(server.process.pid, signal.SIGSTOP)
@@ -356,9 +360,8 @@ def test_a_response_thread_held_up_by_tritonserver_is_counted_behind_for_as_long
         stream.join(180)
     assert all(stream.error is None and stream.events[-1][1].get("text_output") is not None for stream in streams)
     lasted = time.monotonic() - started
-    wait_until(lambda: value(snapshot(server), names.RESPONSE_THREADS_BEHIND, model=model) - before >= 0.9,
-               timeout=10)
-    assert value(snapshot(server), names.RESPONSE_THREADS_BEHIND, model=model) - before <= lasted
+    wait_until(lambda: behind() - before >= 0.9, timeout=10)
+    assert behind() - before <= lasted
 
 
 def test_liveness_is_a_unix_timestamp_of_engine_progress_and_the_old_name_keeps_the_last_step(server):
