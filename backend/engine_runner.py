@@ -25,7 +25,8 @@ import psutil  # a dependency of vLLM, so present wherever the backend runs
 
 from ..common.engine_activity import EngineActivity
 from ..common.errors import ConfigError
-from ..common.vllm_compat import shutdown_grace
+from ..common.vllm_compat import shared_engine_client, shutdown_grace, watch_engine_core
+from .engine_share import EngineShare, OwnersEngine
 from .engine_shm import mapped_segments, unlink_left_behind
 from .engine_warm_up import needs_warm_up, warm_up_request
 from .ipc_dir import IpcDirectory
@@ -57,7 +58,8 @@ class EngineRunner:
     def __init__(self, engine_args: Any, stat_loggers: list[Any] | None = None,
                  start_timeout_s: float = 600.0, log_info: Callable[[str], None] | None = None,
                  own_trace_headers: dict[str, str] | None = None, ipc: IpcDirectory | None = None,
-                 activity: EngineActivity | None = None) -> None:
+                 activity: EngineActivity | None = None, share: EngineShare | None = None,
+                 others_leave_s: float = 0.0) -> None:
         self._engine_args = engine_args
         self._stat_loggers = stat_loggers or None
         self._start_timeout_s = start_timeout_s
@@ -83,6 +85,24 @@ class EngineRunner:
         self._ipc_paths: dict[int, Path] = {}
         # Each running engine's /dev/shm segments (backend.engine_shm): unlinked after it is shut down if left
         self._segments: dict[int, set[str]] = {}
+        # SHARED_ENGINE: this instance's place among the clients of the model's one engine (backend.engine_share);
+        # its owner starts and shuts down the engine, after the others have left (at most `others_leave_s`)
+        self._share = share
+        self._others_leave_s = others_leave_s
+
+    @property
+    def owns_engine(self) -> bool:
+        """This instance's engine is its own (its child processes): it starts, restarts and shuts it down."""
+        return self._share is None or self._share.owner
+
+    def _engine_processes(self) -> list[psutil.Process]:
+        """The EngineCore processes: children of this stub, or of the owner of a shared engine (none while it is
+        gone)."""
+        try:
+            parent = psutil.Process() if self.owns_engine else psutil.Process(self._share.owner_pid())
+        except psutil.Error:
+            return []
+        return engine_processes(parent)
 
     def _run_loop(self) -> None:
         asyncio.set_event_loop(self.loop)
@@ -138,7 +158,8 @@ class EngineRunner:
             closed = self._closed
             if not closed and failure is None:
                 self.engine = engine
-                self._segments[id(engine)] = self._engine_segments()
+                if self.owns_engine:
+                    self._segments[id(engine)] = self._engine_segments()
                 return
         if closed:  # shutdown() began meanwhile and waits for this engine: it shuts it down
             raise EngineStartError("the model was unloaded while the engine was starting")
@@ -179,8 +200,11 @@ class EngineRunner:
             # 128 and max_num_batched_tokens at 2048 on every GPU, where `vllm serve` runs 1024 and 8192 on an
             # H100/H200 — more streams than 128 queued behind the first, long prompts prefilled in many steps
             # (docs/benchmarks.md, "The engine's defaults"). model.json's values still win.
-            engine = AsyncLLM.from_engine_args(self._engine_args, usage_context=UsageContext.OPENAI_API_SERVER,
-                                               stat_loggers=self._stat_loggers)
+            if self._share is None:
+                engine = AsyncLLM.from_engine_args(self._engine_args, usage_context=UsageContext.OPENAI_API_SERVER,
+                                                   stat_loggers=self._stat_loggers)
+            else:
+                engine = self._shared_client(UsageContext.OPENAI_API_SERVER)
             if path is not None:
                 self._ipc_paths[id(engine)] = path
             future.set_result(engine)
@@ -188,6 +212,16 @@ class EngineRunner:
             if path is not None:
                 shutil.rmtree(path, ignore_errors=True)
             future.set_exception(exc)
+
+    def _shared_client(self, usage_context: Any) -> Any:
+        """A client of the model's one engine (SHARED_ENGINE) with this instance's sockets: the owner first starts
+        the engine for every instance (returning once it is ready), each other instance waits in vLLM's client for
+        the engine's ready message — within the start timeout, as any start."""
+        share = self._share
+        engine, manager = shared_engine_client(self._engine_args, usage_context, self._stat_loggers,
+                                               *share.addresses(), index=share.index, launch=share.owner)
+        watch_engine_core(engine, manager or OwnersEngine([p.pid for p in self._engine_processes()]))
+        return engine
 
     def _discard_late(self, future: concurrent.futures.Future[Any]) -> None:
         with self._lock:
@@ -240,7 +274,7 @@ class EngineRunner:
         """Seconds the EngineCore processes' threads, which answer a probe, have run or waited for a CPU
         (backend.process_progress). Standing still while a probe waits means hung, not busy. (Not this stub's
         loop thread: vLLM's periodic stats logging runs there whatever the engine does.)"""
-        return sum(process_progress_s(p.pid) for p in engine_processes(psutil.Process()))
+        return sum(process_progress_s(p.pid) for p in self._engine_processes())
 
     def generate_one_token(self, timeout_s: float) -> None:
         """A real request through the whole engine: one generated token, or one embedding for a pooling model."""
@@ -290,6 +324,12 @@ class EngineRunner:
             building = self._building
             engine, self.engine = self.engine, None
         if engine is not None:
+            if self._share is not None and self._share.owner:
+                left = self._share.wait_for_others(self._others_leave_s)
+                if left:
+                    self._log_info(f"shutting the shared engine down while {len(left)} other instance(s) still use "
+                                   f"it (processes {', '.join(map(str, left))}): they did not leave within "
+                                   f"{self._others_leave_s:g} s")
             self._shutdown_engine(engine)
         if building is not None:
             try:

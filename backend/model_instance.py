@@ -30,6 +30,7 @@ from ..metrics.health_families import HealthFamilies
 from ..tracing.spans import RequestTracer
 from .engine_args import build_engine_args
 from .engine_runner import EngineRunner
+from .engine_share import EngineShare
 from .generation import GenerationService
 from .ipc_dir import IpcDirectory
 from .parent_watch import ParentWatch
@@ -43,6 +44,9 @@ from .unload_watch import UnloadWatch, http_readiness
 # What to leave of tritonserver's exit timeout for vLLM's shutdown (7.5-9 s on two idle cores, up to ≈ 15 s on busy
 # ones: docs/health.md, "Shutdown"); the rest of it is the drain's.
 ENGINE_SHUTDOWN_S = 20.0
+# What an instance sharing the engine (SHARED_ENGINE) may take, after its drain, to close its client: the engine's
+# owner waits that much longer for it before shutting the engine down.
+OTHERS_CLOSE_S = 10.0
 
 
 class ModelInstance:
@@ -85,10 +89,14 @@ class ModelInstance:
         self.switch_interval = SwitchInterval() if fixed_ms is None else None  # `auto`: sets Python's own now
         if fixed_ms is not None:
             sys.setswitchinterval(fixed_ms / 1000)
+        share = self._engine_share()
+        if share is not None:
+            stack.callback(share.leave)  # after the engine's shutdown: the owner removes the sockets' directory
         self.runner = EngineRunner(build_engine_args(dict(plan.engine_config)), stat_loggers,
                                    start_timeout_s=plan.settings.engine_start_timeout_s, log_info=self.log.info,
                                    own_trace_headers=UNSAMPLED if plan.vllm_traces else None, ipc=self.ipc,
-                                   activity=self.activity)
+                                   activity=self.activity, share=share,
+                                   others_leave_s=plan.settings.unload_drain_timeout_s + OTHERS_CLOSE_S)
         # before the engine starts: a server killed meanwhile must not orphan it
         ParentWatch(self.log.info, ipc_root=self.ipc.root).start()
         self.log.info(f"starting the vLLM engine for model {plan.engine_config.get('model')!r} (then one warm-up "
@@ -129,6 +137,18 @@ class ModelInstance:
             mode += (f"; batched admission: up to {plan.max_batch_size} queued requests per execute(), inputs and "
                      "outputs with a batch dimension of 1")
         self.log.info(f"model {plan.labels.model_name} (instance {plan.labels.instance_name}) is ready ({mode})")
+
+    def _engine_share(self) -> EngineShare | None:
+        """SHARED_ENGINE with several instances: this one's slot among the engine's clients (slot 0 starts it)."""
+        plan = self.plan
+        if plan.engine_clients == 1:
+            return None
+        share = EngineShare.join(self.ipc.root.parent, os.getppid(), plan.labels.model_name,
+                                 plan.labels.model_version, plan.engine_clients)
+        role = "starts the engine" if share.owner else f"uses the engine of instance slot 0 (pid {share.owner_pid()})"
+        self.log.info(f"shared engine: instance {plan.labels.instance_name} is client {share.index} of "
+                      f"{share.clients}; it {role}")
+        return share
 
     def _metrics_exporter(self) -> MetricsExporter | None:
         """One clear line saying whether metrics are on and, if not, which switch is off."""
@@ -215,4 +235,6 @@ class ModelInstance:
             behind = f"response threads behind the engine for {self.service.responses.behind.seconds():.1f} s"
             if self.switch_interval is not None:
                 behind += f", the GIL switch interval shortened {self.switch_interval.hurries} times"
-            self.log.info(f"unloaded: the engine and its processes are shut down ({behind} while serving)")
+            what = ("the engine and its processes are shut down" if self.runner.owns_engine
+                    else "its client of the shared engine is closed")
+            self.log.info(f"unloaded: {what} ({behind} while serving)")

@@ -60,25 +60,28 @@ def engine_processes(stub: psutil.Process) -> list[psutil.Process]:
         return []
 
 
-def wait_for_exit(*pids: int) -> int:
-    """Until one of these processes has ended; returns it. On pidfds (no polling), else by polling."""
+def wait_for_exit(*pids: int, timeout_s: float | None = None) -> int | None:
+    """Until one of these processes has ended; returns it (None once `timeout_s` has passed). On pidfds (no
+    polling), else by polling."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     try:
         fds = {os.pidfd_open(pid): pid for pid in pids}
     except OSError:  # a kernel before 5.3, or a process already gone
-        while True:
+        while deadline is None or time.monotonic() < deadline:
             for pid in pids:
-                if not _alive(pid):
+                if not alive(pid):
                     return pid
             time.sleep(0.5)
+        return None
     try:
-        ready, _, _ = select.select(list(fds), [], [])  # a pidfd is readable once its process has ended
-        return fds[ready[0]]
+        ready, _, _ = select.select(list(fds), [], [], timeout_s)  # a pidfd is readable once its process has ended
+        return fds[ready[0]] if ready else None
     finally:
         for fd in fds:
             os.close(fd)
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
@@ -88,7 +91,7 @@ def _alive(pid: int) -> bool:
 def _wait_gone(processes: list[psutil.Process], timeout_s: float) -> list[psutil.Process]:
     """Those of `processes` still running after `timeout_s`."""
     _, alive = psutil.wait_procs(processes, timeout=timeout_s)
-    return [p for p in alive if _alive(p.pid)]
+    return [p for p in alive if alive(p.pid)]
 
 
 def _say(line: str) -> None:
@@ -148,7 +151,7 @@ def main(argv: list[str]) -> int:
         stub = psutil.Process(stub_pid)
     except psutil.Error:
         return 0
-    if wait_for_exit(server_pid, stub_pid) == server_pid and _alive(stub_pid):
+    if wait_for_exit(server_pid, stub_pid) == server_pid and alive(stub_pid):
         take_down(server_pid, stub, region, ipc_root)
     return 0
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..common.errors import ConfigError
 from ..common.parameters import check_known_keys, config_parameters
 from ..common.server_flags import exit_timeout_s, explicit_model_control, http_url, metrics_allowed
 from ..common.vllm_compat import window_note
@@ -90,12 +91,26 @@ class InstancePlan:
     environment: Mapping[str, str]
     service_name: str  # the backend's own spans and OTLP metrics (the operator's OTEL_SERVICE_NAME if set)
     metrics_off: str | None  # why metrics are off, or None when they are on
+    # How many instances are front ends of one engine (SHARED_ENGINE and instance_group counts); 1: an engine each
+    engine_clients: int = 1
     notes: tuple[tuple[str, str], ...] = field(default=())  # (level, line) the load logs about its decisions
 
     @property
     def vllm_traces(self) -> bool:
         """vLLM sends spans of its own (to the backend's endpoint or model.json's)."""
         return "otlp_traces_endpoint" in self.engine_config
+
+
+def shared_engine_clients(instance_groups: list[dict]) -> int:
+    """How many instances Triton starts (`count` per group, per GPU of a KIND_GPU group: Triton's normalized
+    config lists them), all clients of one engine; instances on several GPUs cannot share one, which runs where its
+    first instance runs (its `tensor_parallel_size` places it)."""
+    gpus = {gpu for group in instance_groups if group.get("kind") == "KIND_GPU" for gpu in group.get("gpus", [])}
+    if len(gpus) > 1:
+        raise ConfigError(f"SHARED_ENGINE: the model's instances are on GPUs {', '.join(map(str, sorted(gpus)))}, "
+                          "and one engine cannot serve instances on several GPUs: put them on one GPU (instance_group "
+                          "gpus: [N]) or use KIND_MODEL, where model.json's tensor_parallel_size places the engine")
+    return max(1, sum(int(group.get("count", 1)) * max(1, len(group.get("gpus", []))) for group in instance_groups))
 
 
 def make_plan(args: Mapping[str, str], model_dir: Path, argv: list[str], environ: Mapping[str, str],
@@ -126,6 +141,11 @@ def make_plan(args: Mapping[str, str], model_dir: Path, argv: list[str], environ
     metrics_off = gate(settings.report_custom_metrics, engine_config)
     if metrics_off is None and not server.metrics_allowed:
         metrics_off = "tritonserver runs with --allow-metrics=false"
+    engine_clients = 1
+    if settings.shared_engine:
+        engine_clients = shared_engine_clients(model_config.get("instance_group", []))
+        notes.append(("info", f"SHARED_ENGINE: the model's {engine_clients} instances share one engine" if
+                      engine_clients > 1 else "SHARED_ENGINE: the model has one instance, so it has its own engine"))
     return InstancePlan(
         labels=Labels.from_args(args),
         decoupled=bool(model_config.get("model_transaction_policy", {}).get("decoupled", False)),
@@ -133,4 +153,4 @@ def make_plan(args: Mapping[str, str], model_dir: Path, argv: list[str], environ
         settings=settings, health=health, server=server, engine_config=engine_config,
         lora=LoraRegistry.load(model_dir, engine_config), environment=environment,
         service_name=environ.get("OTEL_SERVICE_NAME", names.TRACE_SERVICE), metrics_off=metrics_off,
-        notes=tuple(notes))
+        engine_clients=engine_clients, notes=tuple(notes))

@@ -75,6 +75,10 @@ class BackendSettings(ParameterTable):
             "streams first tokens p99 in 0.55–0.58 s instead of 2.2 s, tokens/s within the noise everywhere measured "
             "(docs/benchmarks.md, \"Only while a response thread is behind\"). A number fixes the interval: `5` is "
             "Python's own (this backend's behaviour before `auto`), `0.5` always short"))
+    shared_engine: Switch = Field(False, alias="SHARED_ENGINE", description=(
+        "`true`: the model's instances (`instance_group` `count`: N) share one vLLM engine, each a front end of it "
+        "with sockets of its own, as `vllm serve --api-server-count N` — instead of an engine each. For a model whose "
+        "tokens one stub process cannot keep up with (docs/serving.md, \"Several stubs, one engine\")"))
     otlp_metrics: Switch = Field(False, alias="OTLP_METRICS", description=(
         "`true`: the instance's metrics also go out over OTLP/HTTP, with exemplars when tracing is on (needs "
         "`REPORT_CUSTOM_METRICS`; see "

@@ -130,3 +130,60 @@ def request_errors() -> RequestErrors:
         dead=EngineDeadError,
         wrapper=EngineGenerateError,
     )
+
+
+def shared_engine_client(engine_args: object, usage_context: object, stat_loggers: list | None,
+                         inputs: list[str], outputs: list[str], index: int,
+                         launch: bool) -> tuple[object, object | None]:
+    """An `AsyncLLM` that is front end `index` of one EngineCore with `len(inputs)` front ends, each with its own
+    request (ROUTER) and output (PULL) socket address, as `vllm serve --api-server-count N` builds them; with
+    `launch`, the EngineCore is started first, for all of them. Returns the client and, with `launch`, the engine's
+    process manager (the client then shuts the engine down with itself, as one built by `from_engine_args` does).
+
+    Built as `AsyncLLM.from_engine_args` builds one, with `client_addresses`, `client_count` and `client_index` (the
+    same over the window), and the engine arguments' `_api_process_count`/`_api_process_rank` set as `vllm serve`
+    sets them (they keep the multimodal IPC cache off between several front ends). What differs:
+    `launch_core_engines` is a context manager whose exit waits for the engine's start; it yields a tuple whose
+    first item is the manager up to 0.27.1 and a `CoreEngineLaunch` with `engine_manager` in 0.32; 0.26 also takes
+    the number of front ends (`num_api_servers`), 0.27.1 counts the addresses. A failed start shuts down what it
+    started (the manager's `shutdown()`, in every release)."""
+    import copy
+    import inspect
+
+    from vllm.v1.engine.async_llm import AsyncLLM
+    from vllm.v1.engine.utils import EngineZmqAddresses, launch_core_engines
+    from vllm.v1.executor import Executor
+
+    args = copy.copy(engine_args)
+    args._api_process_count, args._api_process_rank = len(inputs), index  # type: ignore[attr-defined]
+    vllm_config = args.create_engine_config(usage_context)  # type: ignore[attr-defined]
+    executor_class = Executor.get_class(vllm_config)
+    log_stats = not args.disable_log_stats  # type: ignore[attr-defined]
+    manager = None
+    try:
+        if launch:
+            addresses = EngineZmqAddresses(inputs=list(inputs), outputs=list(outputs))
+            extra = ({"num_api_servers": len(inputs)}
+                     if "num_api_servers" in inspect.signature(launch_core_engines).parameters else {})
+            with launch_core_engines(vllm_config, executor_class, log_stats, addresses, **extra) as launched:
+                manager = launched[0] if isinstance(launched, tuple) else launched.engine_manager
+        engine = AsyncLLM(vllm_config=vllm_config, executor_class=executor_class, log_stats=log_stats,
+                          log_requests=args.enable_log_requests,  # type: ignore[attr-defined]
+                          usage_context=usage_context, stat_loggers=stat_loggers,
+                          client_addresses={"input_address": inputs[index], "output_address": outputs[index]},
+                          client_count=len(inputs), client_index=index)
+    except BaseException:
+        if manager is not None:  # its processes started, the client did not: never left running
+            manager.shutdown()
+        raise
+    return engine, manager
+
+
+def watch_engine_core(engine: object, manager: object) -> None:
+    """Make an `AsyncLLM` built as a client of an engine started elsewhere (`client_addresses`) watch that engine
+    and, where `manager` is the engine's own process manager, shut it down with itself — as a client that started
+    its engine does. Its core client (`engine_core`) keeps the manager in `resources.engine_manager` and watches it
+    from `start_engine_core_monitor()` (which does nothing without one) in every release of the window."""
+    core = engine.engine_core  # type: ignore[attr-defined]
+    core.resources.engine_manager = manager
+    core.start_engine_core_monitor()

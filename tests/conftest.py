@@ -30,13 +30,13 @@ for path in (ROOT, ROOT / "scripts"):
 VLLM_API_MODULES = {"test_engine_args", "test_metrics_pipeline", "test_vllm_compat", "test_generation_service",
                     "test_generate", "test_metrics", "test_health", "test_embeddings", "test_lifecycle",
                     "test_reliability", "test_tracing", "test_model_config", "test_infer", "test_samples",
-                    "test_official_suites", "test_request_decoding"}
+                    "test_official_suites", "test_request_decoding", "test_shared_engine"}
 # Of those, tests that repeat another's vLLM work for the backend's own sake: not run again on the second vLLM.
 # The load/unload leak test is five cycles of what the first unload test does once (≈ 5 min on two cores).
 NOT_VLLM_API_TESTS = {"test_load_unload_cycles_leak_nothing"}
 GROUP_ORDER = ("explicit", "test_residue", "test_official_suites", "test_model_config", "test_serve", "test_ensemble",
                "test_tracing", "test_fleet", "test_bench", "shared", "test_embeddings", "test_batched_admission",
-               "test_profile")
+               "test_shared_engine", "test_profile")
 
 
 def group_of(item: pytest.Item) -> str | None:

@@ -106,3 +106,21 @@ def test_planning_changes_nothing_in_the_process(model_dir):
     before = dict(os.environ)
     plan(model_dir, TRACING, environ=os.environ, kind="GPU", device="1")
     assert dict(os.environ) == before
+
+
+def test_a_shared_engine_counts_the_instances_triton_starts(model_dir):
+    def shared(groups):
+        config = {"parameters": {"SHARED_ENGINE": {"string_value": "true"}}, "instance_group": groups,
+                  "model_transaction_policy": {"decoupled": True}}
+        return make_plan({**args(), "model_config": json.dumps(config)}, model_dir, SERVER, {}, "0.32.0", 1)
+
+    assert plan(model_dir).engine_clients == 1  # an engine each, as Triton's own backends do
+    decided = shared([{"count": 4, "kind": "KIND_MODEL"}])
+    assert decided.engine_clients == 4 and ("info", "SHARED_ENGINE: the model's 4 instances share one engine") in \
+        decided.notes
+    assert shared([{"count": 2, "kind": "KIND_GPU", "gpus": [1]}, {"count": 1, "kind": "KIND_GPU", "gpus": [1]}]) \
+        .engine_clients == 3
+    assert shared([{"count": 1, "kind": "KIND_MODEL"}]).engine_clients == 1
+    with pytest.raises(ConfigError, match=r"SHARED_ENGINE: the model's instances are on GPUs 0, 1, and one engine "
+                                          r"cannot serve instances on several GPUs"):
+        shared([{"count": 2, "kind": "KIND_GPU", "gpus": [0, 1]}])
