@@ -75,10 +75,15 @@ CONFIGS = {  # key: (label, the Triton model's config.pbtxt parameters, or None 
           {"REPORT_CUSTOM_METRICS": "true", "GIL_SWITCH_INTERVAL_MS": "0.5"}),
     "t": ("Triton HTTP SSE, metrics on, GIL switch interval 5 ms (Python's, fixed)",
           {"REPORT_CUSTOM_METRICS": "true", "GIL_SWITCH_INTERVAL_MS": "5"}),
+    "m": ("Triton HTTP SSE, metrics on, 2 instances sharing one engine",
+          {"REPORT_CUSTOM_METRICS": "true", "SHARED_ENGINE": "true"}),
+    "n": ("Triton HTTP SSE, metrics on, 4 instances sharing one engine",
+          {"REPORT_CUSTOM_METRICS": "true", "SHARED_ENGINE": "true"}),
 }
 # Batched admission (docs/serving.md): config.pbtxt's max_batch_size; the HTTP generate endpoints need no change
 BATCHED_ADMISSION = {"q": 256}
-HTTP_CLIENT = {"h", "p", "q", "s", "t"}  # measured with the HTTP SSE client (the others with gRPC streaming)
+INSTANCES = {"m": 2, "n": 4}  # instance_group count (SHARED_ENGINE: front ends of the one engine)
+HTTP_CLIENT = {"h", "p", "q", "s", "t", "m", "n"}  # measured with the HTTP SSE client (the others with gRPC streaming)
 METRICS_ON = {"c", "d", "e", "f", "g"}  # scraped while measured; their publish cost is read per round
 # Read from the stub's own families after each round (its publisher's cost, its response threads' time behind)
 COUNTED = METRICS_ON | HTTP_CLIENT
@@ -170,19 +175,21 @@ def process_tree(pid: int) -> list[int]:
         return []
 
 
-def stub_of(server_pid: int, model: str) -> int | None:
+def stubs_of(server_pid: int, model: str) -> list[int]:
+    """The model's stub processes: one per instance (SHARED_ENGINE: the engine is the child of one of them)."""
+    found = []
     for child in psutil.Process(server_pid).children():
         try:
             if f"/{model}/1/model.py" in " ".join(child.cmdline()):
-                return child.pid
+                found.append(child.pid)
         except psutil.Error:
             continue
-    return None
+    return found
 
 
 def config_pids(key: str, servers: dict[str, TritonServer]) -> list[int]:
     """The processes a configuration uses: this process and its engine (a), or tritonserver plus the model's
-    stub, EngineCore and worker (b–e). Found once per round: walking the process table while measuring costs CPU
+    stubs, EngineCore and worker (b–e). Found once per round: walking the process table while measuring costs CPU
     and the GIL."""
     if key == "a":
         skip = {p for server in servers.values() for p in process_tree(server.process.pid)}
@@ -190,8 +197,8 @@ def config_pids(key: str, servers: dict[str, TritonServer]) -> list[int]:
     if key == "v":
         return process_tree(servers["vllm"].process.pid)
     server = servers[server_of(key)]
-    stub = stub_of(server.process.pid, f"bench_{model_of(key)}")
-    return [server.process.pid] + (process_tree(stub) if stub else [])
+    stubs = stubs_of(server.process.pid, f"bench_{model_of(key)}")
+    return [server.process.pid] + [pid for stub in stubs for pid in process_tree(stub)]
 
 
 ROLES = (("VLLM::EngineCore", "EngineCore"), ("VLLM::Worker", "worker"), ("triton_python_backend_stub", "stub"),
@@ -592,7 +599,7 @@ def write_repositories(root: Path, configs: list[str]) -> dict[str, Path]:
             continue
         repository = repositories.setdefault(server_of(key), root / server_of(key))
         batch = BATCHED_ADMISSION.get(key)
-        write_model(repository, f"bench_{key}", ENGINE, params=params,
+        write_model(repository, f"bench_{key}", ENGINE, params=params, instances=INSTANCES.get(key, 1),
                     extra_config=f"max_batch_size: {batch}\n" if batch else "")
     return repositories
 
@@ -759,7 +766,11 @@ SERVING = {"triton_http_over_vllm_serve": ("h", "v"), "triton_grpc_over_vllm_ser
            "triton_http_batched_admission_over_vllm_serve": ("q", "v"),
            "batched_admission_over_one_by_one": ("q", "h"), "triton_http_batched_admission_over_direct": ("q", "a"),
            "short_gil_switch_over_default": ("s", "h"), "triton_http_short_gil_switch_over_vllm_serve": ("s", "v"),
-           "pythons_gil_switch_over_default": ("t", "h")}
+           "pythons_gil_switch_over_default": ("t", "h"),
+           "triton_http_2_shared_engine_over_vllm_serve": ("m", "v"), "shared_engine_2_over_one": ("m", "h"),
+           "triton_http_2_shared_engine_over_direct": ("m", "a"),
+           "triton_http_4_shared_engine_over_vllm_serve": ("n", "v"), "shared_engine_4_over_one": ("n", "h"),
+           "triton_http_4_shared_engine_over_direct": ("n", "a")}
 
 
 def paired_ratios_of(results: dict) -> dict:
@@ -785,7 +796,7 @@ def ratios_of(results: dict) -> dict:
         **{name: ratio(results, top, bottom) for name, (top, bottom) in {**SERVING, **ON_OFF}.items()},
         "ttft_p50_overhead_ms": (ttft["h"] - ttft["v"]) if ttft.get("h") is not None and ttft.get("v") is not None
         else None,  # Triton HTTP minus vllm serve
-        **{f"ttft_p50_{k}_minus_a_ms": ttft[k] - ttft["a"] for k in ("h", "p", "q", "s", "t", "v")
+        **{f"ttft_p50_{k}_minus_a_ms": ttft[k] - ttft["a"] for k in ("h", "p", "q", "s", "t", "m", "n", "v")
            if ttft.get(k) is not None and ttft.get("a") is not None},  # above the bare engine's first tokens
         "scrape_p99_ms": max((results[k]["scrape_p99_ms"]["median"] for k in ("c", "d", "e", "g")
                               if k in results and results[k]["scrape_p99_ms"]["median"] is not None), default=None),

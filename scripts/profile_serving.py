@@ -187,7 +187,7 @@ def processes_of(server: Any) -> dict[str, int]:
         found["API server"] = top = server.process.pid
     else:
         found["tritonserver"] = server.process.pid
-        top = bench.stub_of(server.process.pid, MODEL)
+        top = next(iter(bench.stubs_of(server.process.pid, MODEL)), None)
     for pid in bench.process_tree(top) if top else []:
         name = bench.role(psutil.Process(pid))
         if name in ("stub", "EngineCore", "worker"):  # not multiprocessing's resource tracker
