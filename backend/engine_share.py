@@ -15,11 +15,14 @@ once tritonserver is gone.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import shutil
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +32,7 @@ from .parent_watch import alive, wait_for_exit
 
 OWNER = 0  # the slot that starts (and restarts, and shuts down) the engine
 GENERATIONS = 4  # loads of one model that may run at once (a reload starts the new before the old is unloaded)
+LOCK_TIMEOUT_S = 10.0  # a claim takes milliseconds: a lock held this long is held by a process that is stuck
 
 
 class EngineShare:
@@ -39,7 +43,7 @@ class EngineShare:
 
     @classmethod
     def join(cls, base: Path, server_pid: int, model: str, version: str, clients: int) -> EngineShare:
-        """Claim the lowest free slot of this model's share (files created exclusively: two stubs starting at
+        """Claim the lowest free slot of this model's share (under the share's lock: two stubs starting at
         once never get the same one); a slot whose stub is gone is taken over. Where every slot is held by a
         running instance, a load of the model while the earlier one still serves (Triton loads the new instances
         before it unloads the old): the new instances meet in the next share, for an engine of their own."""
@@ -47,7 +51,8 @@ class EngineShare:
         for generation in range(GENERATIONS):
             directory = base / f"{PREFIX}{server_pid}-share-{key}-{generation}"
             directory.mkdir(exist_ok=True)
-            index = cls._claim(directory, clients)
+            with _locked(directory):
+                index = cls._claim(directory, clients)
             if index is not None:
                 return cls(directory, clients, index)
         raise ConfigError(f"SHARED_ENGINE: model {model!r} already has {GENERATIONS} loads of {clients} instances "
@@ -55,18 +60,11 @@ class EngineShare:
 
     @classmethod
     def _claim(cls, directory: Path, clients: int) -> int | None:
+        """The first slot that is free or whose stub is gone, now this process's (under the share's lock)."""
         for index in range(clients):
             slot = directory / f"slot-{index}"
-            for _ in range(2):  # the second time after taking over the slot of a stub that is gone
-                try:
-                    fd = os.open(slot, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-                except FileExistsError:
-                    if alive(cls._pid_in(slot)):
-                        break
-                    slot.unlink(missing_ok=True)
-                    continue
-                with os.fdopen(fd, "w") as file:
-                    file.write(str(os.getpid()))
+            if not slot.exists() or not alive(cls._pid_in(slot)):
+                slot.write_text(str(os.getpid()))
                 return index
         return None
 
@@ -128,3 +126,22 @@ class OwnersEngine:
 
     def shutdown(self, *_args: Any, **_kwargs: Any) -> None:
         self._stopped.set()
+
+
+@contextlib.contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    """The share's lock, held while a slot is claimed: instances start at the same moment, and a slot file seen
+    before its creator has written its pid in it would look like the slot of a stub that is gone (two instances
+    once both claimed slot 0, and so both started an engine)."""
+    deadline = time.monotonic() + LOCK_TIMEOUT_S
+    with open(directory / ".lock", "a") as lock:
+        while True:
+            try:  # released when the file is closed, or its process ends
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise ConfigError(f"SHARED_ENGINE: another instance held {directory / '.lock'} for more than "
+                                      f"{LOCK_TIMEOUT_S:g} s while claiming its slot (a stopped process?)") from None
+                time.sleep(0.01)
+        yield

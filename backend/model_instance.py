@@ -194,8 +194,12 @@ class ModelInstance:
             self.log.warn("tritonserver runs without HTTP: an unload waits for every running request, however long "
                           "(UNLOAD_DRAIN_TIMEOUT_S needs the HTTP endpoint to notice the unload)")
             return None
+        # An instance using another's engine (SHARED_ENGINE) closes its client as soon as it has drained: Triton
+        # finalizes a model's instances one after the other, so the engine's owner, finalized first, would wait in
+        # vain for an instance whose finalize() comes only after its own.
+        on_unload = self.service.drain if self.runner.owns_engine else self.close
         return UnloadWatch(labels.model_name, http_readiness(server.http_url, labels.model_name, labels.model_version),
-                           self.service.drain, self.close, self.plan.settings.unload_drain_timeout_s,
+                           on_unload, self.close, self.plan.settings.unload_drain_timeout_s,
                            max(0.0, server.exit_timeout_s - ENGINE_SHUTDOWN_S), self.log)
 
     def _info(self) -> BackendInfo:

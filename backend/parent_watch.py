@@ -90,8 +90,8 @@ def alive(pid: int) -> bool:
 
 def _wait_gone(processes: list[psutil.Process], timeout_s: float) -> list[psutil.Process]:
     """Those of `processes` still running after `timeout_s`."""
-    _, alive = psutil.wait_procs(processes, timeout=timeout_s)
-    return [p for p in alive if alive(p.pid)]
+    _, running = psutil.wait_procs(processes, timeout=timeout_s)
+    return [p for p in running if alive(p.pid)]
 
 
 def _say(line: str) -> None:

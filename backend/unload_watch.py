@@ -56,10 +56,11 @@ def http_readiness(base_url: str, model: str, version: str) -> Callable[[], Read
 
 
 class UnloadWatch:
-    """`drain(timeout)` on an unload; `close(timeout)` — drain, then shut the engine down — on a server exit, with
-    the timeout cut to `exit_budget_s` (what the server's exit timeout leaves once the engine's shutdown is paid)."""
+    """`drain(timeout)` on an unload (an instance using another's shared engine passes its `close`: it leaves
+    once drained); `close(timeout)` — drain, then shut the engine down — on a server exit, with the timeout cut to
+    `exit_budget_s` (what the server's exit timeout leaves once the engine's shutdown is paid)."""
 
-    def __init__(self, name: str, is_ready: Callable[[], Readiness], drain: Callable[[float], int],
+    def __init__(self, name: str, is_ready: Callable[[], Readiness], drain: Callable[[float], object],
                  close: Callable[[float], None], timeout_s: float, exit_budget_s: float, log: Any,
                  interval_s: float = 0.5) -> None:
         self._name = name

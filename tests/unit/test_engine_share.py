@@ -85,3 +85,20 @@ def test_the_watch_of_anothers_engine_returns_when_it_ends_and_stops_on_shutdown
     stopped.shutdown(timeout=1)
     assert ended.wait(3)  # closing the client stops the watch and leaves the engine to its owner
     assert OwnersEngine([ended_pid()]).monitor_engine_liveness() is None  # already gone: at once
+
+
+def test_instances_starting_at_once_each_get_a_slot_of_their_own(tmp_path):
+    """Stubs claim their slots in the same millisecond (Triton starts a model's instances together): each process
+    gets its own, so exactly one starts the engine."""
+    claim = ("import sys; from pathlib import Path; "
+             "from vllm_triton_observable.backend.engine_share import EngineShare; "
+             "print(EngineShare.join(Path(sys.argv[1]), 4242, 'm', '1', 6).index, flush=True); sys.stdin.read()")
+    stubs = [subprocess.Popen([sys.executable, "-c", claim, str(tmp_path)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True) for _ in range(6)]
+    try:
+        indices = sorted(int(stub.stdout.readline()) for stub in stubs)  # each holds its slot until its stdin closes
+    finally:
+        for stub in stubs:
+            stub.stdin.close()
+            stub.wait(10)
+    assert indices == list(range(6))
