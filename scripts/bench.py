@@ -647,6 +647,18 @@ def start_servers(repositories: dict[str, Path], sink_url: str, vllm_serve: bool
         server.wait_ready(timeout=900)
 
 
+def check_one_engine_each(configs: list[str], servers: dict[str, Any]) -> None:
+    """Every Triton configuration's model runs one EngineCore, whatever its instance count (SHARED_ENGINE): a
+    configuration of several instances that started an engine each would measure several engines as one."""
+    for key in {model_of(k) for k in configs if CONFIGS[model_of(k)][1] is not None}:
+        stubs = stubs_of(servers[server_of(key)].process.pid, f"bench_{key}")
+        processes = cpu_seconds([pid for stub in stubs for pid in process_tree(stub)])
+        cores = [pid for pid, (name, _) in processes.items() if name == "EngineCore"]
+        if len(cores) != 1:
+            raise RuntimeError(f"configuration {key} ({CONFIGS[key][0]}) runs {len(cores)} EngineCore processes "
+                               f"for its {len(stubs)} instance(s), not one")
+
+
 async def start_direct():
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.usage.usage_lib import UsageContext
@@ -899,6 +911,7 @@ def main(argv: list[str]) -> int:
                 say(f"starting {len(repositories)} tritonserver(s), one model per Triton configuration"
                     f"{' and vllm serve' if 'v' in configs else ''} (≈ 1 min)")
                 start_servers(repositories, sink_url, "v" in configs, servers)
+                check_one_engine_each(configs, servers)
             if "a" in configs:
                 say("starting vLLM's AsyncLLM in this process (≈ 30 s)")
                 engine = loop.run_until_complete(start_direct())
