@@ -56,16 +56,17 @@ def http_readiness(base_url: str, model: str, version: str) -> Callable[[], Read
 
 
 class UnloadWatch:
-    """`drain(timeout)` on an unload (an instance using another's shared engine passes its `close`: it leaves
-    once drained); `close(timeout)` — drain, then shut the engine down — on a server exit, with the timeout cut to
-    `exit_budget_s` (what the server's exit timeout leaves once the engine's shutdown is paid)."""
+    """`on_unload(timeout)` on an unload (the instance's drain; an instance using another's shared engine passes
+    its `close`: it leaves once drained); `close(timeout)` — drain, then shut the engine down — on a server exit,
+    with the timeout cut to `exit_budget_s` (what the server's exit timeout leaves once the engine's shutdown is
+    paid)."""
 
-    def __init__(self, name: str, is_ready: Callable[[], Readiness], drain: Callable[[float], object],
+    def __init__(self, name: str, is_ready: Callable[[], Readiness], on_unload: Callable[[float], object],
                  close: Callable[[float], None], timeout_s: float, exit_budget_s: float, log: Any,
                  interval_s: float = 0.5) -> None:
         self._name = name
         self._is_ready = is_ready
-        self._drain = drain
+        self._on_unload = on_unload
         self._close = close
         self._timeout_s = timeout_s
         self._exit_budget_s = exit_budget_s
@@ -99,7 +100,7 @@ class UnloadWatch:
             if ready is Readiness.NOT_READY:
                 self._log.info(f"Triton no longer reports {self._name} ready (unload): running requests may "
                                f"finish for up to {self._timeout_s:g} s (UNLOAD_DRAIN_TIMEOUT_S)")
-                self._drain(self._timeout_s)
+                self._on_unload(self._timeout_s)
                 return
             bound = min(self._timeout_s, self._exit_budget_s)
             self._log.info(f"tritonserver is exiting (its HTTP endpoint closed): running requests of {self._name} "

@@ -102,3 +102,23 @@ def test_instances_starting_at_once_each_get_a_slot_of_their_own(tmp_path):
             stub.stdin.close()
             stub.wait(10)
     assert indices == list(range(6))
+
+
+def test_a_claim_waits_for_a_held_lock_only_within_its_bound(tmp_path, monkeypatch):
+    """A process stuck while holding the share's lock (stopped, say) fails the load with a sentence, not a hang."""
+    from vllm_triton_observable.backend import engine_share
+
+    share = join(tmp_path).directory
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'a'); "
+                               "fcntl.flock(f, fcntl.LOCK_EX); print(flush=True); time.sleep(30)",
+                               str(share / ".lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        holder.stdout.readline()  # it holds the lock
+        monkeypatch.setattr(engine_share, "LOCK_TIMEOUT_S", 0.3)
+        started = time.monotonic()
+        with pytest.raises(ConfigError, match=r"SHARED_ENGINE: another instance held .*\.lock for more than 0\.3 s"):
+            join(tmp_path)
+        assert time.monotonic() - started < 3
+    finally:
+        holder.kill()
+        holder.wait()
