@@ -27,12 +27,13 @@ from ..metrics import names
 from ..metrics.backend_families import BackendInfo
 from ..metrics.exporter import MetricsExporter
 from ..metrics.health_families import HealthFamilies
+from ..metrics.series_lease import SeriesLease
 from ..tracing.spans import RequestTracer
 from .engine_args import build_engine_args
 from .engine_runner import EngineRunner
 from .engine_share import EngineShare
 from .generation import GenerationService
-from .ipc_dir import IpcDirectory
+from .ipc_dir import PREFIX, IpcDirectory
 from .parent_watch import ParentWatch
 from .plan import InstancePlan, make_plan
 from .response_thread import InflightRequest
@@ -161,9 +162,12 @@ class ModelInstance:
             return None
         self.log.info(f"metrics: on for {plan.labels.model_name} (REPORT_CUSTOM_METRICS is true): vLLM's families "
                       "and vllm_triton_* on Triton's metrics endpoint")
+        # One load of this instance at a time publishes its series (a reload starts the new before the old goes)
+        lease = SeriesLease.for_labels(self.ipc.root.parent / f"{PREFIX}{os.getppid()}-series",
+                                       plan.labels.metric_labels(), self.log.info)
         return MetricsExporter(self._pb, plan.labels.metric_labels(), self.log.error, self.activity,
                                plan.settings.per_token_histograms, otlp=plan.settings.otlp_metrics,
-                               service_name=plan.service_name)
+                               service_name=plan.service_name, lease=lease)
 
     def _exemplar_sink(self) -> Any:
         """Where traced requests' timings go when OTLP metrics carry exemplars (OTLP_METRICS and tracing on)."""

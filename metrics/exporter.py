@@ -15,6 +15,7 @@ from .exposition_file import exposition_path, write_exposition
 from .otlp_metrics import OtlpMetricsExporter
 from .publisher import PublishCost, TritonPublisher
 from .registry import InstanceRegistry
+from .series_lease import SeriesLease
 from .stat_logger import stat_logger_class
 
 PUBLISH_INTERVAL_S = 1.0
@@ -32,10 +33,11 @@ def gate(report_custom_metrics: bool, engine_config: dict[str, Any]) -> str | No
 class MetricsExporter:
     def __init__(self, pb_utils: Any, labels: dict[str, str], log_error: Callable[[str], None],
                  activity: EngineActivity, per_token_histograms: str = "series", otlp: bool = False,
-                 service_name: str = names.TRACE_SERVICE) -> None:
+                 service_name: str = names.TRACE_SERVICE, lease: SeriesLease | None = None) -> None:
         """`labels`: Triton's model, version and model_instance, on every series; `activity`: the engine's (its
         last step, its own requests, which vLLM's families leave out); `service_name`: the OTLP metrics'
-        resource, the backend's own spans' service."""
+        resource, the backend's own spans' service; `lease`: held while this load publishes the labels' series
+        to Triton (metrics.series_lease)."""
         self.registry = InstanceRegistry(labels)
         self._activity = activity
         self._as_series = names.PER_TOKEN_HISTOGRAMS if per_token_histograms == "series" else ()
@@ -46,6 +48,7 @@ class MetricsExporter:
         self._service = service_name
         self.errors = MetricErrors(self.registry, log_error)
         self._pb = pb_utils
+        self._lease = lease
         self._publisher: TritonPublisher | None = None
         self.families: BackendFamilies | None = None
 
@@ -80,7 +83,7 @@ class MetricsExporter:
         self.families = BackendFamilies(self.registry, info, inflight_count, self._activity, behind_seconds)
         self._publisher = TritonPublisher(self.registry, self._pb, self.errors, PUBLISH_INTERVAL_S,
                                           before_flush=self.families.refresh, as_series=self._as_series,
-                                          on_cost=self._published)
+                                          on_cost=self._published, lease=self._lease)
         self._publisher.flush()  # every family is on /metrics by the time the model is READY
         self._publisher.start()
         if self.exemplars is not None:

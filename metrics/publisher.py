@@ -24,7 +24,8 @@ traffic, sets the rate. Sent as Triton's three kinds:
 Every series is created at its first publish, so every family is on /metrics before any traffic. A family or
 series Triton refuses is reported once and skipped. What publishing costs (calls, wall and CPU time) is handed
 to `on_cost` after each flush. References are released in `stop()`: Triton 2.51's stub can crash if metric
-objects outlive `finalize()`.
+objects outlive `finalize()`. With a `lease` (metrics.series_lease), nothing is created or written in Triton while
+another load of the same instance holds it (a reload), and it is released once every series is deleted.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from ..common.owned_thread import OwnedThread
 from .errors import MetricErrors
 from .histogram import BucketState, ReplayableHistogram, replay
 from .registry import InstanceRegistry, Kind
+from .series_lease import SeriesLease
 
 _SeriesKey = tuple[str, tuple[tuple[str, str], ...]]
 MIN_GAP_S = 0.01  # changes within this long after a publish wait for the next one (coalesced)
@@ -69,6 +71,7 @@ class TritonPublisher:
         before_flush: Callable[[], None] | None = None,
         as_series: Collection[str] = (),
         on_cost: Callable[[PublishCost], None] | None = None,
+        lease: SeriesLease | None = None,
     ) -> None:
         self._registry = registry
         self._pb = pb_utils
@@ -77,6 +80,7 @@ class TritonPublisher:
         self._before_flush = before_flush
         self._as_series = frozenset(as_series)
         self._on_cost = on_cost
+        self._lease = lease
         self._families: dict[str, Any] = {}
         self._metrics: dict[_SeriesKey, Any] = {}
         self._last: dict[_SeriesKey, float] = {}  # counters: the last value seen; gauges: the value Triton holds
@@ -122,6 +126,8 @@ class TritonPublisher:
     def flush(self) -> None:
         """Publish what changed; a failure is counted and publishing goes on at the next interval."""
         with self._lock:
+            if self._lease is not None and not self._lease.try_acquire():
+                return  # an earlier load of this instance still publishes these series
             wall, cpu = time.perf_counter(), time.thread_time()
             self._cost = PublishCost()
             try:
@@ -228,10 +234,12 @@ class TritonPublisher:
         return metric
 
     def stop(self) -> None:
-        """Publish what is pending, then drop every Triton metric object (before the stub exits)."""
+        """Publish what is pending, then drop every Triton metric object (before the stub exits), then the lease."""
         self._thread.stop()
         self.flush()
         with self._lock:
             self._metrics.clear()
             self._families.clear()
             self._replayed.clear()
+            if self._lease is not None:
+                self._lease.release()

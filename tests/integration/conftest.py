@@ -51,6 +51,7 @@ EXPLICIT_MODELS = {
     "h_default": {"ENABLE_VLLM_HEALTH_CHECK": "true", "REPORT_CUSTOM_METRICS": "true", "HEALTH_RECOVERY": "fail"},
     # ... while these two start beside it
     "busy_a": {}, "busy_b": {},
+    "reload": METRICS_ON,  # reloaded while loaded (test_lifecycle.py)
 }
 EXPLICIT_STARTUP = ["h_restart", "h_unload", "h_fail", "h_off"]
 

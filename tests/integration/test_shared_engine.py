@@ -5,8 +5,9 @@ last).
 
 Its contract: one EngineCore for both instances, each instance serving its share of the requests with the same
 tokens; a killed engine ends every instance's requests with an error, is replaced once for all of them, and both
-serve again; an unload closes the other instance's client before the engine is shut down, and leaves neither
-processes nor the sockets' directory behind.
+serve again; a reload (a load of the loaded model, its files changed) starts the new instances' engine in a share
+of their own and leaves one engine once the old instances are gone; an unload closes the other instance's client
+before the engine is shut down, and leaves neither processes nor the sockets' directory behind.
 """
 
 from __future__ import annotations
@@ -46,10 +47,13 @@ INSTANCES = (f"{MODEL}_0_0", f"{MODEL}_0_1")
 
 
 @pytest.fixture(scope="module")
-def shared_server(tmp_path_factory):
-    repo = tmp_path_factory.mktemp("shared_repository")
-    write_model(repo, MODEL, params=SHARED, instances=2)
-    with explicit_mode_server(repo, {}, [MODEL]) as triton:
+def model_dir(tmp_path_factory) -> Path:
+    return write_model(tmp_path_factory.mktemp("shared_repository"), MODEL, params=SHARED, instances=2)
+
+
+@pytest.fixture(scope="module")
+def shared_server(model_dir):
+    with explicit_mode_server(model_dir.parent, {}, [MODEL]) as triton:
         yield triton
 
 
@@ -126,9 +130,42 @@ def test_a_killed_engine_is_replaced_once_for_every_instance(shared_server):
     assert all(after[i] > before[i] for i in INSTANCES), (before, after)  # both clients of the new engine
 
 
+def shares(server) -> list[Path]:
+    return sorted(Path(tempfile.gettempdir()).glob(f"{PREFIX}{server.process.pid}-share-*"))
+
+
+def test_a_reload_leaves_one_engine_that_both_new_instances_use(shared_server, model_dir):
+    """Triton loads a loaded model's new instances before it unloads the old ones (a load of a loaded model whose
+    files changed): the new instances find every slot of the share held, meet in the next one and start an engine
+    of their own; the old engine goes with the old instances, its share with it."""
+    (old_core,) = engine_cores(shared_server)
+    (old_share,) = shares(shared_server)
+    old_stubs = stubs(shared_server)
+    later = time.time() + 2
+    for changed in (model_dir / "config.pbtxt", model_dir / "1" / "model.json"):
+        os.utime(changed, (later, later))  # unchanged files are a load that does nothing
+    assert repository(shared_server, "load", MODEL).status_code == 200
+    _, alive = psutil.wait_procs([*old_stubs, old_core], timeout=120)
+    assert not alive, alive
+    wait_until(lambda: not old_share.exists(), timeout=30)
+    (new_share,) = shares(shared_server)
+    assert new_share.name == old_share.name[:-1] + "1", (old_share, new_share)  # the next generation
+    (new_core,) = engine_cores(shared_server)
+    assert new_core.pid != old_core.pid and len(stubs(shared_server)) == 2
+    assert shared_server.log_text().count("is client 0 of 2; it starts the engine") == 2
+    wait_until(lambda: per_instance(shared_server, names.ENGINE_HEALTHY) == dict.fromkeys(INSTANCES, 1), timeout=30)
+    before = per_instance(shared_server, names.VLLM_REQUEST_SUCCESS)
+    texts = serve_both(shared_server)
+    assert all(t.startswith("The capital of France is") for t in texts), texts
+    wait_until(lambda: sum(per_instance(shared_server, names.VLLM_REQUEST_SUCCESS).values())
+               == sum(before.values()) + 8, timeout=15)
+    after = per_instance(shared_server, names.VLLM_REQUEST_SUCCESS)
+    assert all(after[i] > before[i] for i in INSTANCES), (before, after)  # both clients of the new engine
+
+
 def test_an_unload_closes_the_clients_then_the_engine_and_leaves_nothing(shared_server):
     processes = [*stubs(shared_server), *(c for stub in stubs(shared_server) for c in stub.children(recursive=True))]
-    share = sorted(Path(tempfile.gettempdir()).glob(f"{PREFIX}{shared_server.process.pid}-share-*"))
+    share = shares(shared_server)
     assert len(share) == 1 and (share[0] / "slot-0").exists(), share
     assert repository(shared_server, "unload", MODEL).status_code == 200
     wait_until(lambda: "successfully unloaded 'vllm_shared'" in shared_server.log_text(), timeout=120)
