@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..common.errors import ConfigError
-from .ipc_dir import PREFIX
+from .ipc_dir import of_server
 from .parent_watch import alive, wait_for_exit
 
 OWNER = 0  # the slot that starts (and restarts, and shuts down) the engine
@@ -49,7 +49,7 @@ class EngineShare:
         before it unloads the old): the new instances meet in the next share, for an engine of their own."""
         key = hashlib.sha256(f"{model}\0{version}".encode()).hexdigest()[:12]
         for generation in range(GENERATIONS):
-            directory = base / f"{PREFIX}{server_pid}-share-{key}-{generation}"
+            directory = of_server(base, server_pid, f"share-{key}-{generation}")
             directory.mkdir(exist_ok=True)
             with _locked(directory):
                 index = cls._claim(directory, clients)

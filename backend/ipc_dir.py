@@ -33,6 +33,12 @@ def _fits(base: Path) -> bool:
     return len(f"{base}/{PREFIX}{os.getpid()}-xxxxxxxx") + _LONGEST_NAME <= SOCKET_PATH_MAX
 
 
+def of_server(base: Path, server_pid: int, name: str) -> Path:
+    """A path under `base` that tritonserver's instances share (named after the server's pid, so the next load's
+    sweep removes it once that server is gone)."""
+    return base / f"{PREFIX}{server_pid}-{name}"
+
+
 def sweep(base: Path) -> list[Path]:
     """Remove the directories of stubs that no longer run (killed before they could clean up); returns them."""
     removed = []

@@ -33,7 +33,7 @@ from .engine_args import build_engine_args
 from .engine_runner import EngineRunner
 from .engine_share import EngineShare
 from .generation import GenerationService
-from .ipc_dir import PREFIX, IpcDirectory
+from .ipc_dir import IpcDirectory, of_server
 from .parent_watch import ParentWatch
 from .plan import InstancePlan, make_plan
 from .response_thread import InflightRequest
@@ -163,7 +163,7 @@ class ModelInstance:
         self.log.info(f"metrics: on for {plan.labels.model_name} (REPORT_CUSTOM_METRICS is true): vLLM's families "
                       "and vllm_triton_* on Triton's metrics endpoint")
         # One load of this instance at a time publishes its series (a reload starts the new before the old goes)
-        lease = SeriesLease.for_labels(self.ipc.root.parent / f"{PREFIX}{os.getppid()}-series",
+        lease = SeriesLease.for_labels(of_server(self.ipc.root.parent, os.getppid(), "series"),
                                        plan.labels.metric_labels(), self.log.info)
         return MetricsExporter(self._pb, plan.labels.metric_labels(), self.log.error, self.activity,
                                plan.settings.per_token_histograms, otlp=plan.settings.otlp_metrics,

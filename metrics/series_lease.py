@@ -10,9 +10,9 @@ freed — seen here as 382 of 395 series gone from /metrics after a reload, and 
 
 So a load creates and writes series only while it holds this lease: an flock on a file named after the instance's
 labels in a directory of tritonserver's (the caller's), released once every series it made is deleted — or when
-its process ends, however it ends. A new load waits for the old one's unload, which is bounded by the old load's
-own drain; until then the old load's series stay on /metrics, and the new load's counts wait in its registry and
-are published whole when it takes over.
+its process ends, however it ends. A new load waits for the old one's unload (Triton unloads it once its running
+generations have ended); until then the old load's series stay on /metrics, and the new load's counts wait in its
+registry and are published whole when it takes over.
 """
 
 from __future__ import annotations
@@ -30,37 +30,37 @@ class SeriesLease:
         self._path = path
         self._say = say
         self._name = name
-        self._fd: int | None = None
+        self._fd: int | None = None  # opened at the first try, kept while waiting: a try is one flock() call
+        self._held = False
         self._waiting_since: float | None = None
 
     @classmethod
     def for_labels(cls, directory: Path, labels: dict[str, str], say: Callable[[str], None]) -> SeriesLease:
         """The lease of the series carrying these constant labels (Triton's model, version and instance)."""
-        key = "\0".join(f"{k}={v}" for k, v in sorted(labels.items()))
         name = ", ".join(f"{k}={v}" for k, v in sorted(labels.items()))
-        return cls(directory / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.lock", say, name)
+        return cls(directory / f"{hashlib.sha256(name.encode()).hexdigest()[:16]}.lock", say, name)
 
     @property
     def held(self) -> bool:
-        return self._fd is not None
+        return self._held
 
     def try_acquire(self) -> bool:
         """Hold the lease if no other load does (never waits); say once that this load waits, and when it ends."""
-        if self._fd is not None:
+        if self._held:
             return True
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600)
+        if self._fd is None:
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            os.close(fd)
             if self._waiting_since is None:
                 self._waiting_since = time.monotonic()
                 self._say(f"metrics: the series of {self._name} are still published by an earlier load of this "
                           "instance (a reload: Triton starts the new instances before it unloads the old ones); "
                           "this load publishes once that one is unloaded")
             return False
-        self._fd = fd
+        self._held = True
         if self._waiting_since is not None:
             self._say(f"metrics: the earlier load released the series of {self._name} after "
                       f"{time.monotonic() - self._waiting_since:.1f} s; this load publishes them now")
@@ -68,7 +68,7 @@ class SeriesLease:
         return True
 
     def release(self) -> None:
-        """After every series this load made is deleted."""
+        """After every series this load made is deleted (or before it ever held the lease)."""
         if self._fd is not None:
             os.close(self._fd)  # closing the only descriptor releases the flock
-            self._fd = None
+            self._fd, self._held = None, False

@@ -28,6 +28,7 @@ from helpers import (
     repository,
     snapshot,
     stub_of,
+    touch_model,
     value,
     wait_until,
     write_model,
@@ -182,10 +183,7 @@ def test_a_reload_keeps_every_series_and_the_server(explicit_server):
     before = instance_series(explicit_server, "reload")
     assert len(before) > 100, len(before)
     old_stub = stub_of(explicit_server, "reload")
-    later = time.time() + 2
-    model_dir = explicit_server.model_repo / "reload"
-    for changed in (model_dir / "config.pbtxt", model_dir / "1" / "model.json"):
-        os.utime(changed, (later, later))  # unchanged files are a load that does nothing
+    touch_model(explicit_server.model_repo / "reload")
     assert repository(explicit_server, "load", "reload").status_code == 200
     psutil.wait_procs([old_stub], timeout=120)
     assert not old_stub.is_running()

@@ -30,6 +30,7 @@ from helpers import (
     repository,
     scrape,
     start_load,
+    touch_model,
     value,
     wait_until,
     write_model,
@@ -141,9 +142,7 @@ def test_a_reload_leaves_one_engine_that_both_new_instances_use(shared_server, m
     (old_core,) = engine_cores(shared_server)
     (old_share,) = shares(shared_server)
     old_stubs = stubs(shared_server)
-    later = time.time() + 2
-    for changed in (model_dir / "config.pbtxt", model_dir / "1" / "model.json"):
-        os.utime(changed, (later, later))  # unchanged files are a load that does nothing
+    touch_model(model_dir)
     assert repository(shared_server, "load", MODEL).status_code == 200
     _, alive = psutil.wait_procs([*old_stubs, old_core], timeout=120)
     assert not alive, alive
