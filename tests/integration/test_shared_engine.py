@@ -45,6 +45,7 @@ SHARED = {"SHARED_ENGINE": "true", "REPORT_CUSTOM_METRICS": "true", "ENABLE_VLLM
           "HEALTH_STALL_TIMEOUT_S": "10", "HEALTH_RESTART_BACKOFF_S": "0.5", "HEALTH_RESTART_MAX_ATTEMPTS": "2"}
 SAMPLING = json.dumps({"max_tokens": 8, "temperature": 0})
 INSTANCES = (f"{MODEL}_0_0", f"{MODEL}_0_1")
+UNLOADED = f"successfully unloaded '{MODEL}'"  # Triton's line once a load of the model is gone
 
 
 @pytest.fixture(scope="module")
@@ -152,6 +153,7 @@ def test_a_reload_leaves_one_engine_that_both_new_instances_use(shared_server, m
     (new_core,) = engine_cores(shared_server)
     assert new_core.pid != old_core.pid and len(stubs(shared_server)) == 2
     assert shared_server.log_text().count("is client 0 of 2; it starts the engine") == 2
+    wait_until(lambda: shared_server.log_text().count(UNLOADED) == 1, timeout=60)  # Triton is done with the old load
     wait_until(lambda: per_instance(shared_server, names.ENGINE_HEALTHY) == dict.fromkeys(INSTANCES, 1), timeout=30)
     before = per_instance(shared_server, names.VLLM_REQUEST_SUCCESS)
     texts = serve_both(shared_server)
@@ -166,9 +168,10 @@ def test_an_unload_closes_the_clients_then_the_engine_and_leaves_nothing(shared_
     processes = [*stubs(shared_server), *(c for stub in stubs(shared_server) for c in stub.children(recursive=True))]
     share = shares(shared_server)
     assert len(share) == 1 and (share[0] / "slot-0").exists(), share
+    earlier = shared_server.log_text()  # a reload's unload of the earlier load included
     assert repository(shared_server, "unload", MODEL).status_code == 200
-    wait_until(lambda: "successfully unloaded 'vllm_shared'" in shared_server.log_text(), timeout=120)
-    log = shared_server.log_text()
+    wait_until(lambda: shared_server.log_text().count(UNLOADED) > earlier.count(UNLOADED), timeout=120)
+    log = shared_server.log_text()[len(earlier):]
     closed, shut = log.index("its client of the shared engine is closed"), log.rindex("the engine and its processes "
                                                                                        "are shut down")
     assert closed < shut  # the owner waited for the other instance before it shut the engine down
