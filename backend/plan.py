@@ -113,6 +113,15 @@ def shared_engine_clients(instance_groups: list[dict]) -> int:
     return max(1, sum(int(group.get("count", 1)) * max(1, len(group.get("gpus", []))) for group in instance_groups))
 
 
+# vLLM's start method for its EngineCore. vLLM forks by default on a GPU, and a fork of the stub runs its engine loop
+# on the Triton stub's embedded interpreter: libpython built as a shared library, which Debian and Ubuntu link into
+# their python3 executable statically because the static build is the faster one. On a small model's fast steps the
+# EngineCore's Python is the engine's pace, so `vllm serve` (whose command line sets spawn) stepped faster than the
+# same engine forked from a stub (docs/benchmarks.md, "The engine's own pace"). Spawned, the EngineCore is the
+# environment's Python executable, as under vllm serve. vLLM's CPU platform always spawns.
+ENGINE_START_METHOD = "VLLM_WORKER_MULTIPROC_METHOD"
+
+
 def make_plan(args: Mapping[str, str], model_dir: Path, argv: list[str], environ: Mapping[str, str],
               vllm_version: str, stub_pid: int) -> InstancePlan:
     """Everything a load decides; raises ConfigError with the sentence for the first thing that is wrong."""
@@ -130,6 +139,10 @@ def make_plan(args: Mapping[str, str], model_dir: Path, argv: list[str], environ
     environment = {**device_env, STUB_PID: str(stub_pid)}
     if "VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS" not in environ:  # the operator's wins
         environment["VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS"] = WORKER_SHUTDOWN_GRACE_S
+    if ENGINE_START_METHOD not in environ:  # the operator's wins
+        environment[ENGINE_START_METHOD] = "spawn"
+    notes.append(("info", f"vLLM's EngineCore is started by {environ.get(ENGINE_START_METHOD, 'spawn')} ("
+                          f"{ENGINE_START_METHOD}{' of the environment' if ENGINE_START_METHOD in environ else ''})"))
     if server.trace is not None:
         notes.append(("info", f"tracing: on (tritonserver traces in OpenTelemetry mode); spans go to "
                               f"{server.trace.endpoint}"))

@@ -10,6 +10,8 @@ drift, and whatever the configuration before leaves behind, hits each one from b
   d  metrics and the health monitor on, gRPC streaming
   e  metrics on, and every request traced (Triton, this backend and vLLM export OTLP spans to a sink)
   f  e's model, requests not traced: e's partner for tracing_on_over_off
+  k  h with the EngineCore forked from the stub (VLLM_WORKER_MULTIPROC_METHOD=fork, a tritonserver of its own):
+     vLLM's default on a GPU, and the backend's until it spawned the EngineCore as vllm serve does
   g  metrics on with PER_TOKEN_HISTOGRAMS "histogram" (the per-token histograms replayed as Triton histograms,
      one observe() per token), gRPC streaming: c's partner for per_token_histograms_over_series
 b, c, d, g are models of one tritonserver and h is c's model over HTTP. e and f run on a second tritonserver
@@ -68,6 +70,7 @@ CONFIGS = {  # key: (label, the Triton model's config.pbtxt parameters, or None 
     "f": ("Triton, metrics, untraced beside e", None),  # model bench_e, no traceparent
     "g": ("Triton, metrics on, per-token histograms native",
           {"REPORT_CUSTOM_METRICS": "true", "PER_TOKEN_HISTOGRAMS": "histogram"}),
+    "k": ("Triton HTTP SSE, metrics on, the EngineCore forked from the stub", {"REPORT_CUSTOM_METRICS": "true"}),
     "p": ("Triton HTTP SSE, metrics on, 4 response threads",
           {"REPORT_CUSTOM_METRICS": "true", "RESPONSE_THREADS": "4"}),
     "q": ("Triton HTTP SSE, metrics on, batched admission", {"REPORT_CUSTOM_METRICS": "true"}),
@@ -86,11 +89,13 @@ CONFIGS = {  # key: (label, the Triton model's config.pbtxt parameters, or None 
 BATCHED_ADMISSION = {"q": 256, "r": 256}
 INSTANCES = {"m": 2, "n": 4, "r": 4}  # instance_group count (SHARED_ENGINE: front ends of the one engine)
 # Measured with the HTTP SSE client (the others with gRPC streaming)
-HTTP_CLIENT = {"h", "p", "q", "s", "t", "m", "n", "r"}
+HTTP_CLIENT = {"h", "k", "p", "q", "s", "t", "m", "n", "r"}
 METRICS_ON = {"c", "d", "e", "f", "g"}  # scraped while measured; their publish cost is read per round
 # Read from the stub's own families after each round (its publisher's cost, its response threads' time behind)
 COUNTED = METRICS_ON | HTTP_CLIENT
 TRACED = {"e", "f"}  # served by the tritonserver in OpenTelemetry mode
+# served by a tritonserver whose stubs fork their EngineCore (the backend spawns it unless the environment says)
+FORKED = {"k": {"VLLM_WORKER_MULTIPROC_METHOD": "fork"}}
 SAME_MODEL = {"h": "c", "f": "e"}  # configurations that measure another's model (another client, or untraced)
 PROMPT = "Benchmark request {i}: the quick brown fox jumps over the lazy dog while the server streams tokens."
 # --prompt-words (set by main, as --engine-args sets ENGINE): words added to every prompt, for prefill-heavy runs
@@ -123,6 +128,8 @@ class Run:
     cpu_s: dict[str, float] = field(default_factory=dict)  # CPU seconds per process name, client included
     publish: dict[str, float] = field(default_factory=dict)  # the metrics publisher's cost in the round
     errors: int = 0
+    responses: int = 0  # responses (SSE events, engine outputs) that carried tokens
+    engine_step_ms: float | None = None  # the engine's pace, from vLLM's own decode times (engine_pace)
 
     @property
     def cpu_ms_per_token(self) -> float:
@@ -156,6 +163,7 @@ class StreamTimer:
             self.run.itl.extend([(now - self.last) / n] * n)
         self.last = now
         self.run.tokens += n
+        self.run.responses += 1
 
 
 def say(message: str) -> None:
@@ -462,6 +470,8 @@ def summarize(runs: list[Run]) -> dict:
                                                    if r.last_first_token_s is not None]),
         "itl_p50_ms": median_range([_ms(pct(r.itl, 50)) for r in runs]),
         "itl_p99_ms": median_range([_ms(pct(r.itl, 99)) for r in runs]),
+        "engine_step_ms": median_range([r.engine_step_ms for r in runs]),
+        "tokens_per_response": median_range([r.tokens / r.responses if r.responses else None for r in runs]),
         "scrape_p50_ms": median_range([_ms(pct(r.scrape, 50)) for r in runs]),
         "scrape_p99_ms": median_range([_ms(pct(r.scrape, 99)) for r in runs]),
         "peak_rss_mib": max((r.peak_rss_mib for r in runs), default=0.0),
@@ -560,6 +570,56 @@ def publish_cost(before: dict[str, float], after: dict[str, float], seconds: flo
             "cpu_ms_per_publish": 1000 * (after["cpu_s"] - before["cpu_s"]) / publishes}
 
 
+def decode_totals(text: str, model: str | None) -> tuple[float, float]:
+    """The sum and count of vLLM's `vllm:request_decode_time_seconds` in a /metrics text (`model`'s series only,
+    when named: Triton's label). vLLM measures a request's first to last token on the engine's clock (EngineCore
+    stamps each step's outputs), so it is the engine's pace, whatever the front end did with the tokens after."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from vllm_triton_observable.metrics import names
+
+    totals = {"_sum": 0.0, "_count": 0.0}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            suffix = sample.name.removeprefix(names.VLLM_DECODE_TIME)
+            if suffix in totals and (model is None or sample.labels.get("model") == model):
+                totals[suffix] += sample.value
+    return totals["_sum"], totals["_count"]
+
+
+def engine_metrics_text(key: str, servers: dict[str, Any]) -> Callable[[], str] | None:
+    """How to read the /metrics that has `key`'s engine's decode times: vllm serve's, the tritonserver's (a
+    model with metrics on), or this process's registry (the bare engine); None where the model exports none."""
+    import requests
+
+    if key == "a":
+        import prometheus_client
+
+        return lambda: prometheus_client.generate_latest().decode()
+    if key == "v":
+        return lambda: requests.get(f"{servers['vllm'].url}/metrics", timeout=10).text
+    if CONFIGS[model_of(key)][1].get("REPORT_CUSTOM_METRICS") == "true":
+        return lambda: requests.get(servers[server_of(key)].metrics_url, timeout=10).text
+    return None
+
+
+def engine_pace(read: Callable[[], str], model: str | None, before: tuple[float, float], requests_ended: int,
+                tokens: int, limit_s: float = 30.0) -> float | None:
+    """The engine's ms per decode step over the round's requests: their mean decode time over `tokens` - 1 steps,
+    once all `requests_ended` are counted (Triton publishes each second; None if they are not within `limit_s`).
+    Set beside the client's round time, it says whether a front end's tokens/s is the engine's pace or the
+    delivery behind it."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        total_s, count = decode_totals(read(), model)
+        if count - before[1] >= requests_ended:
+            return 1000 * (total_s - before[0]) / (count - before[1]) / (tokens - 1) if tokens > 1 else None
+        if time.monotonic() > deadline:
+            say(f"vLLM's decode times of {requests_ended} requests were not all counted within {limit_s:.0f} s")
+            return None
+        time.sleep(0.2)
+
+
 def spans_dropped(server: TritonServer) -> float:
     """Spans the traced server's exporters could not deliver: non-zero means tracing was measured at a discount."""
     import requests
@@ -586,7 +646,7 @@ def trace_exports(sink_url: str, wait_s: float = 10.0) -> dict[str, int]:
 
 
 def server_of(key: str) -> str:
-    return "vllm" if key == "v" else "traced" if key in TRACED else "plain"
+    return "vllm" if key == "v" else "traced" if key in TRACED else "forked" if key in FORKED else "plain"
 
 
 def model_of(key: str) -> str:
@@ -643,6 +703,7 @@ def start_servers(repositories: dict[str, Path], sink_url: str, vllm_serve: bool
     tracing = tracing_args(sink_url)
     for name, repository in repositories.items():
         servers[name] = TritonServer(repository, extra_args=tracing if name == "traced" else [],
+                                     env=FORKED["k"] if name == "forked" else None,
                                      log_path=ROOT / ".build" / f"bench-tritonserver-{name}.log").start()
     if vllm_serve:
         servers["vllm"] = VllmServe(ROOT / ".build" / "bench-vllm-serve.log").start()
@@ -660,6 +721,8 @@ def check_one_engine_each(configs: list[str], servers: dict[str, Any]) -> None:
         if len(cores) != 1:
             raise RuntimeError(f"configuration {key} ({CONFIGS[key][0]}) runs {len(cores)} EngineCore processes "
                                f"for its {len(stubs)} instance(s), not one")
+        say(f"configuration {key}: its EngineCore runs {Path(psutil.Process(cores[0]).exe()).name} (a fork of the "
+            "stub runs triton_python_backend_stub; spawned, the Python executable)")
 
 
 async def start_direct():
@@ -668,7 +731,8 @@ async def start_direct():
     from vllm.v1.engine.async_llm import AsyncLLM
 
     # the backend's engine (backend/engine_runner.py): a server's defaults of max_num_seqs and batched tokens
-    return AsyncLLM.from_engine_args(AsyncEngineArgs(**ENGINE, disable_log_stats=True),
+    # its stats on, as `vllm serve`'s and a Triton model's with metrics: its decode times are read (engine_pace)
+    return AsyncLLM.from_engine_args(AsyncEngineArgs(**ENGINE, disable_log_stats=False),
                                      usage_context=UsageContext.OPENAI_API_SERVER)
 
 
@@ -689,8 +753,9 @@ def table(results: dict, ratios: dict) -> str:
         return "—" if value is None else f"{value:,.{digits}f}"
 
     rows = ["| config | tokens/s (min–max) | TTFT p50 / p99 ms | round ms · to the last first token / after it "
-            "| ITL p50 / p99 ms | scrape p50 / p99 ms | CPU ms / token | peak RSS MiB |",
-            "|---|---|---|---|---|---|---|---|"]
+            "| ITL p50 / p99 ms | engine ms / step · tokens / response | scrape p50 / p99 ms | CPU ms / token "
+            "| peak RSS MiB |",
+            "|---|---|---|---|---|---|---|---|---|"]
     for key, result in results.items():
         t = result["tokens_per_s"]
         rows.append(
@@ -699,6 +764,7 @@ def table(results: dict, ratios: dict) -> str:
             f"{fmt(result['round_ms']['median'])} · {fmt(result['last_first_token_ms']['median'])} / "
             f"{fmt(result['after_last_first_token_ms']['median'])} | "
             f"{fmt(result['itl_p50_ms']['median'], 1)} / {fmt(result['itl_p99_ms']['median'], 1)} | "
+            f"{fmt(result['engine_step_ms']['median'], 2)} · {fmt(result['tokens_per_response']['median'], 2)} | "
             f"{fmt(result['scrape_p50_ms']['median'], 1)} / {fmt(result['scrape_p99_ms']['median'], 1)} | "
             f"{fmt(result['cpu_ms_per_token']['median'], 2)} | {fmt(result['peak_rss_mib'])} |")
     roles = [r for r in ("client", "API server", "stub", "tritonserver", "EngineCore", "worker")
@@ -736,6 +802,9 @@ def measure(key: str, concurrency: int, tokens: int, servers: dict[str, Any], en
     time.sleep(settle)
     counted = servers.get(server_of(key)) if key in COUNTED else None  # its publish cost is read
     published = publish_counters(counted, f"bench_{model_of(key)}") if counted is not None else None
+    read_engine = engine_metrics_text(key, servers)
+    engine_model = f"bench_{model_of(key)}" if key not in ("a", "v") else None
+    decoded = decode_totals(read_engine(), engine_model) if read_engine is not None else None
     cpu_before = cpu_seconds(cpu_pids)
     sampler.start()
     if key == "a":
@@ -743,7 +812,7 @@ def measure(key: str, concurrency: int, tokens: int, servers: dict[str, Any], en
     elif key == "v":
         run = loop.run_until_complete(vllm_serve_round(servers["vllm"], concurrency, tokens))
     elif key in HTTP_CLIENT:
-        run = loop.run_until_complete(triton_http_round(servers["plain"], f"bench_{model_of(key)}", concurrency,
+        run = loop.run_until_complete(triton_http_round(servers[server_of(key)], f"bench_{model_of(key)}", concurrency,
                                                         tokens))
     else:
         run = loop.run_until_complete(triton_round(servers[server_of(key)], f"bench_{model_of(key)}", concurrency,
@@ -754,6 +823,8 @@ def measure(key: str, concurrency: int, tokens: int, servers: dict[str, Any], en
     run.cpu_s = cpu_used(cpu_before, cpu_seconds(cpu_pids))
     if published is not None:
         run.publish = caught_up(counted, f"bench_{model_of(key)}", published, run.seconds)
+    if decoded is not None and not run.errors:
+        run.engine_step_ms = engine_pace(read_engine, engine_model, decoded, concurrency, tokens)
     return run
 
 
@@ -776,6 +847,7 @@ ON_OFF = {"metrics_on_over_off": ("c", "b"), "health_on_over_off": ("d", "c"), "
           "per_token_histograms_over_series": ("g", "c"), "metrics_all_histograms_over_off": ("g", "b")}
 SERVING = {"triton_http_over_vllm_serve": ("h", "v"), "triton_grpc_over_vllm_serve": ("c", "v"),
            "triton_over_direct": ("b", "a"), "triton_http_over_direct": ("h", "a"),
+           "engine_spawned_over_forked": ("h", "k"), "triton_http_forked_over_vllm_serve": ("k", "v"),
            "triton_http_4_response_threads_over_vllm_serve": ("p", "v"),
            "response_threads_4_over_1": ("p", "h"),
            "triton_http_batched_admission_over_vllm_serve": ("q", "v"),
@@ -814,7 +886,7 @@ def ratios_of(results: dict) -> dict:
         **{name: ratio(results, top, bottom) for name, (top, bottom) in {**SERVING, **ON_OFF}.items()},
         "ttft_p50_overhead_ms": (ttft["h"] - ttft["v"]) if ttft.get("h") is not None and ttft.get("v") is not None
         else None,  # Triton HTTP minus vllm serve
-        **{f"ttft_p50_{k}_minus_a_ms": ttft[k] - ttft["a"] for k in ("h", "p", "q", "s", "t", "m", "n", "r", "v")
+        **{f"ttft_p50_{k}_minus_a_ms": ttft[k] - ttft["a"] for k in ("h", "k", "p", "q", "s", "t", "m", "n", "r", "v")
            if ttft.get(k) is not None and ttft.get("a") is not None},  # above the bare engine's first tokens
         "scrape_p99_ms": max((results[k]["scrape_p99_ms"]["median"] for k in ("c", "d", "e", "g")
                               if k in results and results[k]["scrape_p99_ms"]["median"] is not None), default=None),

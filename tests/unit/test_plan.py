@@ -75,6 +75,16 @@ def test_the_operators_worker_grace_wins(model_dir):
         model_dir, environ={"VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS": "3"}).environment
 
 
+def test_the_engine_core_is_spawned_unless_the_operator_chose(model_dir):
+    decided = plan(model_dir)
+    assert decided.environment["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"
+    assert ("info", "vLLM's EngineCore is started by spawn (VLLM_WORKER_MULTIPROC_METHOD)") in decided.notes
+    forked = plan(model_dir, environ={"VLLM_WORKER_MULTIPROC_METHOD": "fork"})
+    assert "VLLM_WORKER_MULTIPROC_METHOD" not in forked.environment
+    assert ("info", "vLLM's EngineCore is started by fork (VLLM_WORKER_MULTIPROC_METHOD of the environment)") in \
+        forked.notes
+
+
 def test_unload_recovery_needs_explicit_mode_read_from_the_server(model_dir):
     params = {"ENABLE_VLLM_HEALTH_CHECK": "true", "HEALTH_RECOVERY": "unload"}
     with pytest.raises(ConfigError, match="HEALTH_RECOVERY=unload needs tritonserver --model-control-mode=explicit"):
