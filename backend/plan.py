@@ -87,7 +87,7 @@ class InstancePlan:
     engine_config: Mapping[str, Any]  # model.json as vLLM gets it: paths resolved, the tracing endpoint applied
     lora: LoraRegistry
     # Set in the process before anything starts (the only process-wide state a load changes): the GPUs, vLLM's
-    # tracing, the worker's shutdown grace, the stub's pid for the EngineCore's watch.
+    # tracing, the worker's shutdown grace, the EngineCore's start method, the stub's pid for the EngineCore's watch.
     environment: Mapping[str, str]
     service_name: str  # the backend's own spans and OTLP metrics (the operator's OTEL_SERVICE_NAME if set)
     metrics_off: str | None  # why metrics are off, or None when they are on
@@ -113,12 +113,11 @@ def shared_engine_clients(instance_groups: list[dict]) -> int:
     return max(1, sum(int(group.get("count", 1)) * max(1, len(group.get("gpus", []))) for group in instance_groups))
 
 
-# vLLM's start method for its EngineCore. vLLM forks by default on a GPU, and a fork of the stub runs its engine loop
-# on the Triton stub's embedded interpreter: libpython built as a shared library, which Debian and Ubuntu link into
-# their python3 executable statically because the static build is the faster one. On a small model's fast steps the
-# EngineCore's Python is the engine's pace, so `vllm serve` (whose command line sets spawn) stepped faster than the
-# same engine forked from a stub (docs/benchmarks.md, "The engine's own pace"). Spawned, the EngineCore is the
-# environment's Python executable, as under vllm serve. vLLM's CPU platform always spawns.
+# vLLM's start method for its EngineCore, `fork` by default on a GPU. A fork of the stub is a copy of the stub process
+# (Triton's stub executable, its embedded interpreter, its memory), and there the engine took a quarter longer per
+# step on the H100 than spawned: on a small model's fast steps the EngineCore's Python is the engine's pace
+# (docs/benchmarks.md, "The engine's own pace, and a spawned EngineCore"). Spawned, it is the environment's Python
+# executable, as under `vllm serve`, whose command line sets spawn. vLLM's CPU platform always spawns.
 ENGINE_START_METHOD = "VLLM_WORKER_MULTIPROC_METHOD"
 
 
