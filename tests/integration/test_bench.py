@@ -1,7 +1,7 @@
 """A short smoke run of `make bench` over vllm serve and Triton's HTTP (SSE), gRPC, traced and untraced-beside-it
 paths, swept over 1 and 2 streams: it completes, draws the plot, every stream receives all its tokens, the JSON has
-the ratios and the CPU per process role, and the traced configuration's spans are delivered (Triton's and the SDK's
-exports reach the sink, its server counts none dropped). Figures are not asserted."""
+the ratios, the CPU per process role and each engine's own pace, and the traced configuration's spans are delivered
+(Triton's and the SDK's exports reach the sink, its server counts none dropped). Figures are not asserted."""
 
 import json
 import os
@@ -39,6 +39,8 @@ def test_bench_smoke_run_writes_json(tmp_path):
         assert round_["last_first_token_s"] == max(round_["ttft"]) < round_["seconds"], key
         assert measured["after_last_first_token_ms"]["median"] == pytest.approx(
             measured["round_ms"]["median"] - measured["last_first_token_ms"]["median"]), key
+        # the engine's own pace (vLLM's decode times of the round's requests) and the tokens per response
+        assert measured["engine_step_ms"]["median"] > 0 and measured["tokens_per_response"]["median"] >= 1, key
     for key in ("h", "c", "e", "f"):  # metrics on: the publisher's cost in the round, once it had caught up
         publish = report["results"][key]["publish"]
         assert publish["calls_per_s"]["median"] > 0 and publish["catch_up_s"]["median"] >= 0, key

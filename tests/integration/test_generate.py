@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
+import psutil
 import pytest
 from helpers import TINY_MODEL, generate, generate_stream, grpc_inputs, grpc_stream, run
 
@@ -208,6 +210,24 @@ def test_client_cancellation_aborts_the_engine_request(server):
     log = server.log_text()
     assert log.count("[vllm] Cancelling the request") > 0, log[-2000:]
     assert log.count("[vllm] Successfully cancelled the request") > 0, log[-2000:]
+
+
+def test_every_engine_core_is_spawned_as_a_python_process_not_a_fork_of_its_stub(server):
+    """The backend spawns vLLM's EngineCore, as vllm serve does (backend.plan; docs/serving.md): each runs the
+    environment's Python executable, not a copy of Triton's stub, and each load says how its engine starts. (vLLM's
+    CPU platform spawns whatever the setting; on a GPU vLLM's default would fork. It also sets the variable in the
+    process that builds a vLLM config, so a server started from a test process that did says "of the
+    environment".)"""
+    log = server.log_text()
+    assert log.count("vLLM's EngineCore is started by spawn (VLLM_WORKER_MULTIPROC_METHOD") >= 3, log[-3000:]
+    executables = []
+    for process in psutil.Process(server.process.pid).children(recursive=True):
+        try:
+            if "EngineCore" in " ".join(process.cmdline()):
+                executables.append(Path(process.exe()).name)
+        except psutil.Error:  # a process that ended meanwhile
+            continue
+    assert len(executables) >= 3 and all(name.startswith("python") for name in executables), executables
 
 
 def test_each_stub_runs_with_the_gil_switch_interval_its_config_sets_and_streams_the_same_tokens(server):
