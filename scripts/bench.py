@@ -95,7 +95,8 @@ METRICS_ON = {"c", "d", "e", "f", "g"}  # scraped while measured; their publish 
 COUNTED = METRICS_ON | HTTP_CLIENT
 TRACED = {"e", "f"}  # served by the tritonserver in OpenTelemetry mode
 # served by a tritonserver whose stubs fork their EngineCore (the backend spawns it unless the environment says)
-FORKED = {"k": {"VLLM_WORKER_MULTIPROC_METHOD": "fork"}}
+FORKED = {"k"}
+FORK_ENGINE = {"VLLM_WORKER_MULTIPROC_METHOD": "fork"}
 SAME_MODEL = {"h": "c", "f": "e"}  # configurations that measure another's model (another client, or untraced)
 PROMPT = "Benchmark request {i}: the quick brown fox jumps over the lazy dog while the server streams tokens."
 # --prompt-words (set by main, as --engine-args sets ENGINE): words added to every prompt, for prefill-heavy runs
@@ -544,18 +545,24 @@ def publish_counters(server: TritonServer, model: str) -> dict[str, float]:
     """The publisher's own cost families (metrics.publisher) of one model, and its response threads' seconds behind
     the engine (backend.lanes_behind), summed over its instances."""
     import requests
-    from prometheus_client.parser import text_string_to_metric_families
 
     from vllm_triton_observable.metrics import names
 
     wanted = {names.METRICS_PUBLISHES: "publishes", names.METRICS_PUBLISH_WALL: "wall_s",
               names.METRICS_PUBLISH_CPU: "cpu_s", names.METRICS_PUBLISH_CALLS: "calls",
               names.RESPONSE_THREADS_BEHIND: "behind_s"}
-    text = requests.get(server.metrics_url, timeout=10).text
+    return sample_totals(requests.get(server.metrics_url, timeout=10).text, wanted, model)
+
+
+def sample_totals(text: str, wanted: dict[str, str], model: str | None) -> dict[str, float]:
+    """The sums of a /metrics text's samples named in `wanted` (sample name → key), over `model`'s series only
+    when named (Triton's label)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
     totals = dict.fromkeys(wanted.values(), 0.0)
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name in wanted and sample.labels.get("model") == model:
+            if sample.name in wanted and (model is None or sample.labels.get("model") == model):
                 totals[wanted[sample.name]] += sample.value
     return totals
 
@@ -570,48 +577,51 @@ def publish_cost(before: dict[str, float], after: dict[str, float], seconds: flo
             "cpu_ms_per_publish": 1000 * (after["cpu_s"] - before["cpu_s"]) / publishes}
 
 
-def decode_totals(text: str, model: str | None) -> tuple[float, float]:
-    """The sum and count of vLLM's `vllm:request_decode_time_seconds` in a /metrics text (`model`'s series only,
-    when named: Triton's label). vLLM measures a request's first to last token on the engine's clock (EngineCore
-    stamps each step's outputs), so it is the engine's pace, whatever the front end did with the tokens after."""
-    from prometheus_client.parser import text_string_to_metric_families
+@dataclass(frozen=True)
+class DecodeTimes:
+    """Where a configuration's engine's decode times are: a /metrics text to `read`, and in it `model`'s series
+    (Triton's label; every series when None)."""
 
-    from vllm_triton_observable.metrics import names
+    read: Callable[[], str]
+    model: str | None = None
 
-    totals = {"_sum": 0.0, "_count": 0.0}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            suffix = sample.name.removeprefix(names.VLLM_DECODE_TIME)
-            if suffix in totals and (model is None or sample.labels.get("model") == model):
-                totals[suffix] += sample.value
-    return totals["_sum"], totals["_count"]
+    def totals(self) -> tuple[float, float]:
+        """The sum and count of vLLM's `vllm:request_decode_time_seconds`. vLLM measures a request's first to last
+        token on the engine's clock (the EngineCore stamps each step's outputs), so it is the engine's pace,
+        whatever the front end did with the tokens after."""
+        from vllm_triton_observable.metrics import names
+
+        totals = sample_totals(self.read(), {f"{names.VLLM_DECODE_TIME}_sum": "sum",
+                                             f"{names.VLLM_DECODE_TIME}_count": "count"}, self.model)
+        return totals["sum"], totals["count"]
 
 
-def engine_metrics_text(key: str, servers: dict[str, Any]) -> Callable[[], str] | None:
-    """How to read the /metrics that has `key`'s engine's decode times: vllm serve's, the tritonserver's (a
-    model with metrics on), or this process's registry (the bare engine); None where the model exports none."""
+def decode_times_of(key: str, servers: dict[str, Any]) -> DecodeTimes | None:
+    """vllm serve's /metrics, the tritonserver's (a model with metrics on), or this process's registry (the bare
+    engine); None where the model exports none."""
     import requests
 
     if key == "a":
         import prometheus_client
 
-        return lambda: prometheus_client.generate_latest().decode()
+        return DecodeTimes(lambda: prometheus_client.generate_latest().decode())
     if key == "v":
-        return lambda: requests.get(f"{servers['vllm'].url}/metrics", timeout=10).text
-    if CONFIGS[model_of(key)][1].get("REPORT_CUSTOM_METRICS") == "true":
-        return lambda: requests.get(servers[server_of(key)].metrics_url, timeout=10).text
-    return None
+        return DecodeTimes(lambda: requests.get(f"{servers['vllm'].url}/metrics", timeout=10).text)
+    if CONFIGS[model_of(key)][1].get("REPORT_CUSTOM_METRICS") != "true":
+        return None
+    url = servers[server_of(key)].metrics_url
+    return DecodeTimes(lambda: requests.get(url, timeout=10).text, f"bench_{model_of(key)}")
 
 
-def engine_pace(read: Callable[[], str], model: str | None, before: tuple[float, float], requests_ended: int,
-                tokens: int, limit_s: float = 30.0) -> float | None:
+def engine_pace(source: DecodeTimes, before: tuple[float, float], requests_ended: int, tokens: int,
+                limit_s: float = 30.0) -> float | None:
     """The engine's ms per decode step over the round's requests: their mean decode time over `tokens` - 1 steps,
     once all `requests_ended` are counted (Triton publishes each second; None if they are not within `limit_s`).
     Set beside the client's round time, it says whether a front end's tokens/s is the engine's pace or the
     delivery behind it."""
     deadline = time.monotonic() + limit_s
     while True:
-        total_s, count = decode_totals(read(), model)
+        total_s, count = source.totals()
         if count - before[1] >= requests_ended:
             return 1000 * (total_s - before[0]) / (count - before[1]) / (tokens - 1) if tokens > 1 else None
         if time.monotonic() > deadline:
@@ -623,13 +633,11 @@ def engine_pace(read: Callable[[], str], model: str | None, before: tuple[float,
 def spans_dropped(server: TritonServer) -> float:
     """Spans the traced server's exporters could not deliver: non-zero means tracing was measured at a discount."""
     import requests
-    from prometheus_client.parser import text_string_to_metric_families
 
     from vllm_triton_observable.metrics import names
 
     text = requests.get(server.metrics_url, timeout=10).text
-    return sum(sample.value for family in text_string_to_metric_families(text) for sample in family.samples
-               if sample.name == names.TRACE_SPANS_DROPPED)
+    return sample_totals(text, {names.TRACE_SPANS_DROPPED: "dropped"}, None)["dropped"]
 
 
 def trace_exports(sink_url: str, wait_s: float = 10.0) -> dict[str, int]:
@@ -703,7 +711,7 @@ def start_servers(repositories: dict[str, Path], sink_url: str, vllm_serve: bool
     tracing = tracing_args(sink_url)
     for name, repository in repositories.items():
         servers[name] = TritonServer(repository, extra_args=tracing if name == "traced" else [],
-                                     env=FORKED["k"] if name == "forked" else None,
+                                     env=FORK_ENGINE if name == "forked" else None,
                                      log_path=ROOT / ".build" / f"bench-tritonserver-{name}.log").start()
     if vllm_serve:
         servers["vllm"] = VllmServe(ROOT / ".build" / "bench-vllm-serve.log").start()
@@ -802,9 +810,8 @@ def measure(key: str, concurrency: int, tokens: int, servers: dict[str, Any], en
     time.sleep(settle)
     counted = servers.get(server_of(key)) if key in COUNTED else None  # its publish cost is read
     published = publish_counters(counted, f"bench_{model_of(key)}") if counted is not None else None
-    read_engine = engine_metrics_text(key, servers)
-    engine_model = f"bench_{model_of(key)}" if key not in ("a", "v") else None
-    decoded = decode_totals(read_engine(), engine_model) if read_engine is not None else None
+    decode_times = decode_times_of(key, servers)
+    decoded = decode_times.totals() if decode_times is not None else None
     cpu_before = cpu_seconds(cpu_pids)
     sampler.start()
     if key == "a":
@@ -824,7 +831,7 @@ def measure(key: str, concurrency: int, tokens: int, servers: dict[str, Any], en
     if published is not None:
         run.publish = caught_up(counted, f"bench_{model_of(key)}", published, run.seconds)
     if decoded is not None and not run.errors:
-        run.engine_step_ms = engine_pace(read_engine, engine_model, decoded, concurrency, tokens)
+        run.engine_step_ms = engine_pace(decode_times, decoded, concurrency, tokens)
     return run
 
 
