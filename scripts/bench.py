@@ -97,6 +97,9 @@ TRACED = {"e", "f"}  # served by the tritonserver in OpenTelemetry mode
 # served by a tritonserver whose stubs fork their EngineCore (the backend spawns it unless the environment says)
 FORKED = {"k"}
 FORK_ENGINE = {"VLLM_WORKER_MULTIPROC_METHOD": "fork"}
+# how long an idle connection of the clients' HTTP session stays open: longer than every other configuration's
+# round and settle together, so that each round finds its connections from the round before
+HTTP_KEEPALIVE_S = 600.0
 SAME_MODEL = {"h": "c", "f": "e"}  # configurations that measure another's model (another client, or untraced)
 PROMPT = "Benchmark request {i}: the quick brown fox jumps over the lazy dog while the server streams tokens."
 # --prompt-words (set by main, as --engine-args sets ENGINE): words added to every prompt, for prefill-heavy runs
@@ -342,30 +345,51 @@ async def triton_round(server: TritonServer, model: str, concurrency: int, token
     return run
 
 
-async def sse_round(url: str, body: Any, tokens_in: Any, concurrency: int, run: Run | None = None,
-                    traced: bool = False) -> Run:
-    """Streams over HTTP server-sent events with one aiohttp session (connections kept alive, as a real client
-    would): `body(i)` is request i's JSON, `tokens_in(event, state)` the new tokens one event carries. `run`:
-    where to count (a fresh Run by default; the profiler reads one while it fills); `traced`: each request with a
-    new `traceparent`."""
+_HTTP_SESSIONS: dict[asyncio.AbstractEventLoop, Any] = {}
+
+
+def http_session() -> Any:
+    """The running loop's aiohttp session, kept for the whole run: its connections stay open from round to round,
+    as a real client's pool keeps them (the gRPC client connects before timing too), so that no stream's first
+    token waits for a TCP connect of its own. `close_http_session()` at the end. (Until 2026-12-06 every round
+    opened a session of its own: each stream's TTFT included a connect, for `vllm serve` and Triton alike.)"""
     import aiohttp
 
-    run = run or Run()
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
-        async def one(i: int) -> None:
-            timer, state = StreamTimer(run), {}
-            async with session.post(url, json=body(i), headers=traceparent() if traced else None) as response:
-                if response.status != 200:
-                    run.errors += 1
-                    return
-                async for line in response.content:
-                    if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):
-                        continue
-                    timer.tokens(tokens_in(json.loads(line[6:]), state))
+    loop = asyncio.get_running_loop()
+    if loop not in _HTTP_SESSIONS:
+        _HTTP_SESSIONS[loop] = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=HTTP_KEEPALIVE_S))
+    return _HTTP_SESSIONS[loop]
 
-        begin = time.perf_counter()
-        await asyncio.gather(*(one(i) for i in range(concurrency)))
-        run.seconds = time.perf_counter() - begin
+
+async def close_http_session() -> None:
+    session = _HTTP_SESSIONS.pop(asyncio.get_running_loop(), None)
+    if session is not None:
+        await session.close()
+
+
+async def sse_round(url: str, body: Any, tokens_in: Any, concurrency: int, run: Run | None = None,
+                    traced: bool = False) -> Run:
+    """Streams over HTTP server-sent events on the run's session (`http_session`): `body(i)` is request i's JSON,
+    `tokens_in(event, state)` the new tokens one event carries. `run`: where to count (a fresh Run by default; the
+    profiler reads one while it fills); `traced`: each request with a new `traceparent`."""
+    run = run or Run()
+    session = http_session()
+
+    async def one(i: int) -> None:
+        timer, state = StreamTimer(run), {}
+        async with session.post(url, json=body(i), headers=traceparent() if traced else None) as response:
+            if response.status != 200:
+                run.errors += 1
+                return
+            async for line in response.content:
+                if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):
+                    continue
+                timer.tokens(tokens_in(json.loads(line[6:]), state))
+
+    begin = time.perf_counter()
+    await asyncio.gather(*(one(i) for i in range(concurrency)))
+    run.seconds = time.perf_counter() - begin
     return run
 
 
@@ -661,17 +685,22 @@ def model_of(key: str) -> str:
     return SAME_MODEL.get(key, key)
 
 
+def write_config_model(repository: Path, key: str) -> str:
+    """Configuration `key`'s Triton model into `repository` (its parameters, instance count and batched
+    admission); the model's name."""
+    key = model_of(key)
+    batch = BATCHED_ADMISSION.get(key)
+    write_model(repository, f"bench_{key}", ENGINE, params=CONFIGS[key][1], instances=INSTANCES.get(key, 1),
+                extra_config=f"max_batch_size: {batch}\n" if batch else "")
+    return f"bench_{key}"
+
+
 def write_repositories(root: Path, configs: list[str]) -> dict[str, Path]:
     """One model repository per tritonserver the configurations need."""
     repositories = {}
     for key in {model_of(k) for k in configs}:
-        params = CONFIGS[key][1]
-        if params is None:
-            continue
-        repository = repositories.setdefault(server_of(key), root / server_of(key))
-        batch = BATCHED_ADMISSION.get(key)
-        write_model(repository, f"bench_{key}", ENGINE, params=params, instances=INSTANCES.get(key, 1),
-                    extra_config=f"max_batch_size: {batch}\n" if batch else "")
+        if CONFIGS[key][1] is not None:
+            write_config_model(repositories.setdefault(server_of(key), root / server_of(key)), key)
     return repositories
 
 
@@ -931,6 +960,7 @@ def stop_everything(engine: Any, loop: asyncio.AbstractEventLoop, servers: dict[
     """The in-process engine, then every server at once (each shuts its engines down in seconds), then the sink;
     after a failure as after a run, so that nothing the benchmark started outlives it."""
     try:
+        loop.run_until_complete(close_http_session())
         if engine is not None:
             loop.run_until_complete(stop_direct(engine))
         loop.close()

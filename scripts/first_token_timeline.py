@@ -12,8 +12,9 @@ axis that starts at the client's send:
     (+ `gen_ai.latency.time_in_queue`) and its first token (+ `gen_ai.latency.time_to_first_token`),
   * the client's first token.
 With --vllm-serve the same workload goes to `vllm serve` too (its API server exports the same `llm_request`), on the
-same axis; with --response-threads 1,4 to one model per count (config.pbtxt RESPONSE_THREADS) on the one
-tritonserver. Rounds alternate their order. Prints, per step, the median time from the client's send (p10–p90)
+same axis; with --configs h,r to one model per `make bench` configuration (h: one instance; r: four instances
+sharing one engine with batched admission; p: four response threads, …), all on the one tritonserver. Rounds
+alternate their order. Prints, per step, the median time from the client's send (p10–p90)
 and the median step to step; JSON to .bench/timeline.json. Tracing is on for every request measured here, so the
 absolute figures include its per-request cost; the steps are what the timeline is for.
 """
@@ -36,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
 import bench  # noqa: E402
-from triton_launcher import TritonServer, free_port, write_model  # noqa: E402
+from triton_launcher import TritonServer, free_port  # noqa: E402
 
 from vllm_triton_observable.metrics import names  # noqa: E402
 
@@ -46,39 +47,41 @@ VLLM_SPAN = "llm_request"  # vLLM's span, whichever service name its process has
 AFTER_THE_CLIENT = {"backend: first response sent"}
 SKEW_NS = 5_000_000  # a timestamp this far before the client's send is not this request's (Triton writes some so)
 CLIENT_SENT, CLIENT_FIRST = "client: request sent", "client: first token received"
+# Triton configurations a timeline can serve: HTTP clients on one plain tritonserver (k needs a server of its own)
+TIMED = bench.HTTP_CLIENT - bench.FORKED
 
 
 @dataclass
 class Sent:
     """One request as the client saw it."""
 
-    target: str  # "triton" (or "triton, RESPONSE_THREADS n") or "vllm serve"
+    target: str  # a Triton configuration ("h: Triton HTTP SSE, metrics on", …) or "vllm serve"
     trace_id: str
     sent_ns: int
     first_ns: int = 0
 
 
 async def stream_round(url: str, body: Any, concurrency: int, target: str, tokens_in: Any) -> list[Sent]:
-    """N streams started at once over one aiohttp session (as bench.sse_round), each with its own trace."""
-    import aiohttp
-
+    """N streams started at once on the run's HTTP session (bench.http_session: connections open from the round
+    before), each with its own trace."""
     sent: list[Sent] = []
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
-        async def one(i: int) -> None:
-            headers = bench.traceparent()
-            record = Sent(target, headers["traceparent"].split("-")[1], time.time_ns())
-            async with session.post(url, json=body(i), headers=headers) as response:
-                if response.status != 200:
-                    return
-                state: dict = {}
-                async for line in response.content:
-                    if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):
-                        continue
-                    if tokens_in(json.loads(line[6:]), state) and not record.first_ns:
-                        record.first_ns = time.time_ns()
-            sent.append(record)
+    session = bench.http_session()
 
-        await asyncio.gather(*(one(i) for i in range(concurrency)))
+    async def one(i: int) -> None:
+        headers = bench.traceparent()
+        record = Sent(target, headers["traceparent"].split("-")[1], time.time_ns())
+        async with session.post(url, json=body(i), headers=headers) as response:
+            if response.status != 200:
+                return
+            state: dict = {}
+            async for line in response.content:
+                if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):
+                    continue
+                if tokens_in(json.loads(line[6:]), state) and not record.first_ns:
+                    record.first_ns = time.time_ns()
+        sent.append(record)
+
+    await asyncio.gather(*(one(i) for i in range(concurrency)))
     return [s for s in sent if s.first_ns]
 
 
@@ -182,14 +185,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--tokens", type=int, default=32, help="per request (the first token is what is timed)")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--vllm-serve", action="store_true", help="the same rounds against vllm serve, alternating")
-    parser.add_argument("--response-threads", default="1",
-                        help="comma-separated RESPONSE_THREADS counts: one Triton model each (e.g. 1,4)")
+    parser.add_argument("--configs", default="h", help="comma-separated Triton HTTP configurations of make bench, "
+                        f"one model each on the traced tritonserver: {','.join(sorted(TIMED))}")
     parser.add_argument("--engine-args", type=bench.engine_args, default={}, help="as make bench's")
     parser.add_argument("--output", default=str(ROOT / ".bench" / "timeline.json"))
     args = parser.parse_args(argv)
+    configs = [key for key in args.configs.split(",") if key]
+    if not configs or set(configs) - TIMED:
+        parser.error(f"--configs {args.configs}: choose among {','.join(sorted(TIMED))}")
     bench.ENGINE.update(args.engine_args)
-    counts = [int(n) for n in args.response_threads.split(",") if n]
-    models = {("triton" if len(counts) == 1 else f"triton, RESPONSE_THREADS {n}"): f"timeline_{n}" for n in counts}
 
     port = free_port()
     receiver = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "otlp_receiver.py"), str(port)])
@@ -199,9 +203,7 @@ def main(argv: list[str]) -> int:
     loop = asyncio.new_event_loop()
     try:
         with tempfile.TemporaryDirectory(prefix="timeline-") as tmp:
-            for n, model in zip(counts, models.values(), strict=True):
-                write_model(Path(tmp), model, bench.ENGINE,
-                            params={**bench.CONFIGS["e"][1], "RESPONSE_THREADS": str(n)})
+            models = {f"{key}: {bench.CONFIGS[key][0]}": bench.write_config_model(Path(tmp), key) for key in configs}
             bench.say("starting tritonserver (OpenTelemetry mode)" + (" and vllm serve" if args.vllm_serve else ""))
             servers["triton"] = TritonServer(Path(tmp), extra_args=bench.tracing_args(f"{receiver_url}/v1/traces"),
                                              log_path=ROOT / ".build" / "timeline-tritonserver.log").start()
@@ -225,10 +227,11 @@ def main(argv: list[str]) -> int:
                         sent += got
             spans = spans_from(receiver_url, {s.trace_id: 1 if s.target == "vllm serve" else 3 for s in sent})
     finally:
+        loop.run_until_complete(bench.close_http_session())
+        loop.close()
         for server in servers.values():
             server.stop()
         receiver.terminate()
-        loop.close()
 
     report: dict[str, Any] = {"workload": {"concurrency": args.concurrency, "tokens": args.tokens,
                                            "rounds": args.rounds, "engine": bench.ENGINE},

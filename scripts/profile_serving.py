@@ -76,6 +76,7 @@ class Load(threading.Thread):
                 self.finished_tokens += self.current.tokens
                 self.current, self.rounds = bench.Run(), self.rounds + 1
         finally:
+            loop.run_until_complete(bench.close_http_session())
             loop.close()
 
     async def _round(self) -> bench.Run:
