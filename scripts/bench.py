@@ -507,8 +507,11 @@ def summarize(runs: list[Run]) -> dict:
         "errors": sum(r.errors for r in runs),
         "publish": {name: median_range([r.publish.get(name) for r in runs])
                     for name in sorted({n for r in runs for n in r.publish})},
-        "rounds": [asdict(r) | {"tokens_per_s": r.tokens_per_s, "cpu_ms_per_token": r.cpu_ms_per_token,
-                                "last_first_token_s": r.last_first_token_s}
+        # each round's figures; of its inter-token gaps (one per token: megabytes a run) only the percentiles
+        "rounds": [{k: v for k, v in asdict(r).items() if k != "itl"}
+                   | {"tokens_per_s": r.tokens_per_s, "cpu_ms_per_token": r.cpu_ms_per_token,
+                      "last_first_token_s": r.last_first_token_s,
+                      "itl_p50_ms": _ms(pct(r.itl, 50)), "itl_p99_ms": _ms(pct(r.itl, 99))}
                    for r in runs],
     }
 
