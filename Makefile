@@ -71,7 +71,8 @@ profile: setup
 	@source scripts/env.sh && "$$PY" scripts/profile_serving.py $(PROFILE_ARGS)
 
 # make timeline: where the first token's time goes at N simultaneous starts, step by step from the client's send
-# through Triton, the backend and vLLM (TIMELINE_ARGS, e.g. "--vllm-serve --concurrency 64"); .bench/timeline.json.
+# through Triton, the backend and vLLM (TIMELINE_ARGS, e.g. "--configs h,r --grpc --vllm-serve --concurrency 64");
+# .bench/timeline.json.
 timeline:
 	@bash scripts/setup.sh bench
 	@source scripts/env.sh && "$$PY" scripts/first_token_timeline.py $(TIMELINE_ARGS)

@@ -289,30 +289,35 @@ def traceparent() -> dict[str, str]:
     return {"traceparent": f"00-{uuid.uuid4().hex}-{uuid.uuid4().hex[:16]}-01"}
 
 
+def grpc_inputs(i: int, tokens: int, batched: bool = False) -> list:
+    """Request i's streaming inputs for tritonclient's gRPC client; `batched`: with the leading batch dimension
+    that a model with batched admission (max_batch_size > 0) takes."""
+    import tritonclient.grpc as grpcclient
+
+    def tensor(name: str, value: np.ndarray, dtype: str):
+        value = value[None] if batched else value
+        t = grpcclient.InferInput(name, list(value.shape), dtype)
+        t.set_data_from_numpy(value)
+        return t
+
+    sampling = json.dumps({"max_tokens": tokens, "ignore_eos": True, "temperature": 0}).encode()
+    return [tensor("text_input", np.array([prompt(i).encode()], dtype=object), "BYTES"),
+            tensor("stream", np.array([True]), "BOOL"),
+            tensor("sampling_parameters", np.array([sampling], dtype=object), "BYTES"),
+            tensor("return_num_output_tokens", np.array([True]), "BOOL")]
+
+
 async def triton_round(server: TritonServer, model: str, concurrency: int, tokens: int,
                        scrape: bool, run: Run | None = None, traced: bool = False) -> Run:
-    import tritonclient.grpc as grpcclient
     import tritonclient.grpc.aio as aioclient
 
     run = run or Run()
     client = aioclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
     await client.is_model_ready(model)  # connect before timing: a real client keeps its channel open
 
-    def inputs(i: int) -> list:
-        def tensor(name: str, value: np.ndarray, dtype: str):
-            t = grpcclient.InferInput(name, list(value.shape), dtype)
-            t.set_data_from_numpy(value)
-            return t
-
-        sampling = json.dumps({"max_tokens": tokens, "ignore_eos": True, "temperature": 0}).encode()
-        return [tensor("text_input", np.array([prompt(i).encode()], dtype=object), "BYTES"),
-                tensor("stream", np.array([True]), "BOOL"),
-                tensor("sampling_parameters", np.array([sampling], dtype=object), "BYTES"),
-                tensor("return_num_output_tokens", np.array([True]), "BOOL")]
-
     async def one(i: int) -> None:
         async def request():
-            yield {"model_name": model, "inputs": inputs(i), "request_id": str(i)}
+            yield {"model_name": model, "inputs": grpc_inputs(i, tokens), "request_id": str(i)}
 
         timer = StreamTimer(run)
         # Read to the stream's end (the server closes it after the final response): a client that cancels
@@ -939,7 +944,7 @@ def plot(sweep: dict[int, dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, (throughput, ttft) = plt.subplots(1, 2, figsize=(11, 4.2))
+    figure, (throughput, ttft) = plt.subplots(1, 2, figsize=(11, 5))
     levels = sorted(sweep)
     for key in sweep[levels[0]]:
         label = f"{key}: {CONFIGS[key][0]}"
@@ -952,8 +957,9 @@ def plot(sweep: dict[int, dict], path: Path) -> None:
         axis.set_ylabel(unit)
         axis.set_title(title)
         axis.grid(True, alpha=0.3)
-    throughput.legend(fontsize=8)
-    figure.tight_layout()
+    # below both plots: the configurations' labels are long, and inside a plot they hide its highest points
+    figure.legend(*throughput.get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=8)
+    figure.tight_layout(rect=(0, 0.02 + 0.04 * ((len(sweep[levels[0]]) + 1) // 2), 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)
 

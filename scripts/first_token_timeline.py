@@ -13,7 +13,8 @@ axis that starts at the client's send:
   * the client's first token.
 With --vllm-serve the same workload goes to `vllm serve` too (its API server exports the same `llm_request`), on the
 same axis; with --configs h,r to one model per `make bench` configuration (h: one instance; r: four instances
-sharing one engine with batched admission; p: four response threads, …), all on the one tritonserver. Rounds
+sharing one engine with batched admission; p: four response threads, …), all on the one tritonserver; with --grpc
+to each of those models over gRPC streaming as well (Triton's `GRPC_*` timestamps in place of `HTTP_*`). Rounds
 alternate their order. Prints, per step, the median time from the client's send (p10–p90)
 and the median step to step; JSON to .bench/timeline.json. Tracing is on for every request measured here, so the
 absolute figures include its per-request cost; the steps are what the timeline is for.
@@ -29,7 +30,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +58,7 @@ TIMED = bench.HTTP_CLIENT - bench.FORKED
 class Sent:
     """One request as the client saw it."""
 
-    target: str  # a Triton configuration ("h: Triton HTTP SSE, metrics on", …) or "vllm serve"
+    target: str  # a Triton configuration ("h: Triton HTTP SSE, metrics on", "h's model over gRPC", …) or "vllm serve"
     trace_id: str
     sent_ns: int
     first_ns: int = 0
@@ -82,6 +85,35 @@ async def stream_round(url: str, body: Any, concurrency: int, target: str, token
         sent.append(record)
 
     await asyncio.gather(*(one(i) for i in range(concurrency)))
+    return [s for s in sent if s.first_ns]
+
+
+async def grpc_round(server: TritonServer, model: str, batched: bool, target: str, concurrency: int,
+                     tokens: int) -> list[Sent]:
+    """N gRPC streams (tritonclient's asyncio client, as make bench's gRPC configurations; its channel open before
+    the send) started at once, each with its own trace in its metadata."""
+    import tritonclient.grpc.aio as aioclient
+
+    sent: list[Sent] = []
+    client = aioclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+    await client.is_model_ready(model)
+
+    async def one(i: int) -> None:
+        async def request():
+            yield {"model_name": model, "inputs": bench.grpc_inputs(i, tokens, batched), "request_id": str(i)}
+
+        headers = bench.traceparent()
+        record = Sent(target, headers["traceparent"].split("-")[1], time.time_ns())
+        # read to the stream's end, as make bench does (a client that cancels trips tritonserver 2.51's frontend)
+        async for result, error in client.stream_infer(request(), headers=headers):
+            if error is None and not record.first_ns and int(result.as_numpy("num_output_tokens").flat[0]):
+                record.first_ns = time.time_ns()
+        sent.append(record)
+
+    try:
+        await asyncio.gather(*(one(i) for i in range(concurrency)))
+    finally:
+        await client.close()
     return [s for s in sent if s.first_ns]
 
 
@@ -187,6 +219,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--vllm-serve", action="store_true", help="the same rounds against vllm serve, alternating")
     parser.add_argument("--configs", default="h", help="comma-separated Triton HTTP configurations of make bench, "
                         f"one model each on the traced tritonserver: {','.join(sorted(TIMED))}")
+    parser.add_argument("--grpc", action="store_true",
+                        help="each configuration's model over gRPC streaming too (a target of its own)")
     parser.add_argument("--engine-args", type=bench.engine_args, default={}, help="as make bench's")
     parser.add_argument("--output", default=str(ROOT / ".bench" / "timeline.json"))
     args = parser.parse_args(argv)
@@ -203,7 +237,7 @@ def main(argv: list[str]) -> int:
     loop = asyncio.new_event_loop()
     try:
         with tempfile.TemporaryDirectory(prefix="timeline-") as tmp:
-            models = {f"{key}: {bench.CONFIGS[key][0]}": bench.write_config_model(Path(tmp), key) for key in configs}
+            models = {key: bench.write_config_model(Path(tmp), key) for key in configs}
             bench.say("starting tritonserver (OpenTelemetry mode)" + (" and vllm serve" if args.vllm_serve else ""))
             servers["triton"] = TritonServer(Path(tmp), extra_args=bench.tracing_args(f"{receiver_url}/v1/traces"),
                                              log_path=ROOT / ".build" / "timeline-tritonserver.log").start()
@@ -212,9 +246,13 @@ def main(argv: list[str]) -> int:
                                                         otlp_traces_endpoint=f"{receiver_url}/v1/traces").start()
             for server in servers.values():
                 server.wait_ready(timeout=900)
-            rounds = {target: (lambda t=target, m=model: triton_round(servers["triton"], m, t, args.concurrency,
-                                                                      args.tokens))
-                      for target, model in models.items()}
+            rounds: dict[str, Callable[[], Awaitable[list[Sent]]]] = {}
+            for key, model in models.items():
+                label, grpc_label = f"{key}: {bench.CONFIGS[key][0]}", f"{key}'s model over gRPC"
+                rounds[label] = partial(triton_round, servers["triton"], model, label, args.concurrency, args.tokens)
+                if args.grpc:
+                    rounds[grpc_label] = partial(grpc_round, servers["triton"], model, key in bench.BATCHED_ADMISSION,
+                                                 grpc_label, args.concurrency, args.tokens)
             if args.vllm_serve:
                 rounds["vllm serve"] = lambda: vllm_serve_round(servers["vllm serve"], args.concurrency, args.tokens)
             order = list(rounds)

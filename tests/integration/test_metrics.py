@@ -146,9 +146,16 @@ def test_every_histogram_equals_vllms_own_exposition_series_by_series(server):
                         if s.labels.get("model") in ("vllm_model", "vllm_lora") and "model_instance" in s.labels})
     assert len(instances) == 3  # vllm_model's and both of vllm_lora's
 
-    def mismatches() -> dict[str, list[str]]:
-        return {i: found for i in instances if (found := exposition_mismatches(server, server.exposition / f"{i}.prom",
-                                                                               i))}
+    last: dict[str, list[str]] = {}
+
+    def equal() -> bool:
+        """Every instance's series equal its exposition, in one reading. The health probes keep observing, so a
+        probe published between reading the file and scraping Triton differs by one: the wait takes a reading in
+        which none did, and that reading (not a later one) is what is asserted."""
+        last.clear()
+        last.update({i: found for i in instances
+                     if (found := exposition_mismatches(server, server.exposition / f"{i}.prom", i))})
+        return not last
 
     lora_requests = f"{names.VLLM_E2E_LATENCY}_count"
 
@@ -160,8 +167,8 @@ def test_every_histogram_equals_vllms_own_exposition_series_by_series(server):
 
     wait_until(lambda: published(scrape(server)), timeout=15)
     with contextlib.suppress(AssertionError):
-        wait_until(lambda: not mismatches(), timeout=15)
-    assert not mismatches()
+        wait_until(equal, timeout=15)
+    assert not last, last
     after = scrape(server)
 
     def delta(sample: str, **labels: str) -> float:
