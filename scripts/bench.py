@@ -84,12 +84,14 @@ CONFIGS = {  # key: (label, the Triton model's config.pbtxt parameters, or None 
           {"REPORT_CUSTOM_METRICS": "true", "SHARED_ENGINE": "true"}),
     "r": ("Triton HTTP SSE, metrics on, 4 instances sharing one engine, batched admission",
           {"REPORT_CUSTOM_METRICS": "true", "SHARED_ENGINE": "true"}),
+    "w": ("Triton HTTP SSE, metrics on, 2 instances sharing one engine, batched admission",
+          {"REPORT_CUSTOM_METRICS": "true", "SHARED_ENGINE": "true"}),
 }
 # Batched admission (docs/serving.md): config.pbtxt's max_batch_size; the HTTP generate endpoints need no change
-BATCHED_ADMISSION = {"q": 256, "r": 256}
-INSTANCES = {"m": 2, "n": 4, "r": 4}  # instance_group count (SHARED_ENGINE: front ends of the one engine)
+BATCHED_ADMISSION = {"q": 256, "r": 256, "w": 256}
+INSTANCES = {"m": 2, "n": 4, "r": 4, "w": 2}  # instance_group count (SHARED_ENGINE: front ends of the one engine)
 # Measured with the HTTP SSE client (the others with gRPC streaming)
-HTTP_CLIENT = {"h", "k", "p", "q", "s", "t", "m", "n", "r"}
+HTTP_CLIENT = {"h", "k", "p", "q", "s", "t", "m", "n", "r", "w"}
 METRICS_ON = {"c", "d", "e", "f", "g"}  # scraped while measured; their publish cost is read per round
 # Read from the stub's own families after each round (its publisher's cost, its response threads' time behind)
 COUNTED = METRICS_ON | HTTP_CLIENT
@@ -904,7 +906,10 @@ SERVING = {"triton_http_over_vllm_serve": ("h", "v"), "triton_grpc_over_vllm_ser
            "triton_http_4_shared_engine_over_direct": ("n", "a"),
            "triton_http_4_shared_batched_over_vllm_serve": ("r", "v"),
            "batched_admission_4_shared_over_not": ("r", "n"),
-           "triton_http_4_shared_batched_over_direct": ("r", "a")}
+           "triton_http_4_shared_batched_over_direct": ("r", "a"),
+           "triton_http_2_shared_batched_over_vllm_serve": ("w", "v"),
+           "batched_admission_2_shared_over_not": ("w", "m"),
+           "triton_http_2_shared_batched_over_direct": ("w", "a")}
 
 
 def paired_ratios_of(results: dict) -> dict:
@@ -930,7 +935,7 @@ def ratios_of(results: dict) -> dict:
         **{name: ratio(results, top, bottom) for name, (top, bottom) in {**SERVING, **ON_OFF}.items()},
         "ttft_p50_overhead_ms": (ttft["h"] - ttft["v"]) if ttft.get("h") is not None and ttft.get("v") is not None
         else None,  # Triton HTTP minus vllm serve
-        **{f"ttft_p50_{k}_minus_a_ms": ttft[k] - ttft["a"] for k in ("h", "k", "p", "q", "s", "t", "m", "n", "r", "v")
+        **{f"ttft_p50_{k}_minus_a_ms": ttft[k] - ttft["a"] for k in sorted(HTTP_CLIENT) + ["v"]
            if ttft.get(k) is not None and ttft.get("a") is not None},  # above the bare engine's first tokens
         "scrape_p99_ms": max((results[k]["scrape_p99_ms"]["median"] for k in ("c", "d", "e", "g")
                               if k in results and results[k]["scrape_p99_ms"]["median"] is not None), default=None),
