@@ -87,6 +87,10 @@ CONFIGS = {  # key: (label, the Triton model's config.pbtxt parameters, or None 
     "w": ("Triton HTTP SSE, metrics on, 2 instances sharing one engine, batched admission",
           {"REPORT_CUSTOM_METRICS": "true", "SHARED_ENGINE": "true"}),
 }
+# What `make bench` runs unless --configs says: vllm serve, Triton HTTP, the bare engine and the switches on / off
+# (the others are experiments, each named when wanted: all of them at once would be ≈ 16 engines, past this
+# project's machines' memory)
+DEFAULT_CONFIGS = ("v", "h", "a", "b", "c", "d", "e", "f")
 # Batched admission (docs/serving.md): config.pbtxt's max_batch_size; the HTTP generate endpoints need no change
 BATCHED_ADMISSION = {"q": 256, "r": 256, "w": 256}
 INSTANCES = {"m": 2, "n": 4, "r": 4, "w": 2}  # instance_group count (SHARED_ENGINE: front ends of the one engine)
@@ -1010,7 +1014,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--prompt-words", type=int, default=0,
                         help="words added to each prompt (a prefill-heavy workload; prompts stay unique across "
                              "rounds); prompt and --tokens must fit the model's max_model_len")
-    parser.add_argument("--configs", default=",".join(CONFIGS), help=f"which of {','.join(CONFIGS)} to run")
+    parser.add_argument("--configs", default=",".join(DEFAULT_CONFIGS),
+                        help=f"which of {','.join(CONFIGS)} to run (default: {','.join(DEFAULT_CONFIGS)})")
     parser.add_argument("--warmup", type=int, default=1, help="unmeasured warm-up rounds")
     parser.add_argument("--settle", type=float, default=2.0,
                         help="idle seconds before each measurement (vLLM's workers busy-poll for 1 s after work)")
