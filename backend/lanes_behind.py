@@ -75,6 +75,16 @@ class LanePace:
             self._behind = True
             self._lanes.fell_behind(self, self._taken_at + self._behind_after_s)
 
+    def batch_sent(self, more_waiting: bool) -> None:
+        """The thread has sent its batch. With nothing more waiting it has caught up; with more, a batch that outlasted
+        BEHIND_AFTER_S is behind from then on — also when its last send was its only one (one response that waited
+        two seconds for a stopped tritonserver while the engine's next tokens queued up), which no send of that batch
+        is left to notice."""
+        if more_waiting:
+            self.before_send()
+        else:
+            self.caught_up()
+
     def caught_up(self) -> None:
         """Everything it had is sent and nothing more is waiting."""
         if self._behind:

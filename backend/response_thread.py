@@ -133,8 +133,7 @@ class ResponseThread:
                 except Exception as exc:  # this thread serves every request: it must outlive any one of them
                     self._log_error(f"delivering a response for request {item.request.request_id} "
                                     f"failed: {type(exc).__name__}: {exc}")
-            if self._queue.empty():
-                self._pace.caught_up()
+            self._pace.batch_sent(more_waiting=not self._queue.empty())
             if None in batch:
                 return
             if time.monotonic() - last_poll >= self._cancel_poll_s:

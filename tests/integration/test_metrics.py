@@ -344,12 +344,14 @@ def test_backend_info_and_exporter_health(server):
     assert "metrics record failed" not in server.log_text() and "metrics publish failed" not in server.log_text()
 
 
-def test_a_response_thread_held_up_by_tritonserver_is_counted_behind_for_as_long(server):
+@pytest.mark.parametrize("streams", [8, 1])
+def test_a_response_thread_held_up_by_tritonserver_is_counted_behind_for_as_long(server, streams):
     """vllm_triton_response_threads_behind_seconds_total: tritonserver stopped (SIGSTOP) for two seconds while eight
-    streams run — the response thread's send waits for it while the engine's tokens queue up behind — counts at
-    least 0.9 s of them (the thread may first wait up to an engine step for its next token, and a loaded machine's
-    steps took long enough that a one-second stop once counted less); an idle instance adds nothing, and no thread
-    can be behind for longer than the load lasted."""
+    streams run, or one (then each batch the response thread takes holds one response) — the thread's send waits for
+    it while the engine's tokens queue up behind — counts at least 0.9 s of them (the thread may first wait up to an
+    engine step for its next token; a blocked send that was its batch's only one was once not counted at all:
+    backend.lanes_behind's batch_sent); an idle instance adds nothing, and no thread can be behind for longer than
+    the load lasted."""
     model = "vllm_model"  # one response thread
 
     def behind() -> float:
@@ -359,15 +361,15 @@ def test_a_response_thread_held_up_by_tritonserver_is_counted_behind_for_as_long
     time.sleep(1.5)  # idle for more than a publish interval
     assert behind() == before
     started = time.monotonic()
-    streams = start_load(server, model, n=8)
+    running = start_load(server, model, n=streams)
     os.kill(server.process.pid, signal.SIGSTOP)
     try:
         time.sleep(2.0)
     finally:
         os.kill(server.process.pid, signal.SIGCONT)
-    for stream in streams:
+    for stream in running:
         stream.join(180)
-    assert all(stream.error is None and stream.events[-1][1].get("text_output") is not None for stream in streams)
+    assert all(stream.error is None and stream.events[-1][1].get("text_output") is not None for stream in running)
     lasted = time.monotonic() - started
     wait_until(lambda: behind() - before >= 0.9, timeout=10)
     assert behind() - before <= lasted

@@ -74,3 +74,27 @@ def test_the_seconds_behind_count_from_10_ms_into_the_batch_summed_over_threads_
     clock.now += 10.0  # nobody behind: nothing more
     assert lanes.seconds() == pytest.approx((1.990 + 0.011 + 0.5) + (0.001 + 0.5 + 0.25))
     assert counts == [1, 2, 1, 0]
+
+
+def test_a_batch_of_one_send_that_waited_counts_behind_once_more_is_waiting_and_not_when_nothing_is():
+    """A response thread whose only send of a batch waited two seconds (tritonserver stopped) while the engine's next
+    tokens queued up has been behind since 10 ms into that batch: no later send of the batch is left to notice it,
+    so the end of the batch does. The same wait with nothing queued behind it is no thread behind the engine."""
+    clock = Clock()
+    lanes = LanesBehind(clock=clock)
+    lane = LanePace(lanes, behind_after_s=0.010, clock=clock)
+    lane.batch_taken()
+    lane.before_send()  # on time
+    clock.now += 2.0  # the send waits for tritonserver
+    lane.batch_sent(more_waiting=True)
+    assert lanes.seconds() == pytest.approx(1.990)
+    lane.batch_taken()
+    lane.before_send()
+    clock.now += 0.004
+    lane.batch_sent(more_waiting=False)  # the queue drained: caught up
+    clock.now += 5.0
+    assert lanes.seconds() == pytest.approx(1.994)
+    lane.batch_taken()
+    clock.now += 2.0
+    lane.batch_sent(more_waiting=False)  # slow, but nothing was waiting behind it
+    assert lanes.seconds() == pytest.approx(1.994)
