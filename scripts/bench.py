@@ -5,6 +5,8 @@ drift, and whatever the configuration before leaves behind, hits each one from b
   v  `vllm serve` (vLLM's OpenAI-compatible server, same engine arguments), /v1/completions streamed (SSE)
   h  tritonserver + this backend, metrics on, Triton's HTTP generate_stream (SSE), the same SSE client as v
   a  vLLM's AsyncLLM directly, in this process: the engine's own limit, no server and no client
+  x  b's twin: another model of b's server with b's configuration, measured just before b (an A/A pair: how far
+     two identical models of one server differ, the floor under every between-model ratio)
   b  tritonserver + this backend, metrics off, gRPC streaming (tritonclient's asyncio client)
   c  metrics on (REPORT_CUSTOM_METRICS), gRPC streaming
   d  metrics and the health monitor on, gRPC streaming
@@ -14,7 +16,7 @@ drift, and whatever the configuration before leaves behind, hits each one from b
      vLLM's default on a GPU, and the backend's until it spawned the EngineCore as vllm serve does
   g  metrics on with PER_TOKEN_HISTOGRAMS "histogram" (the per-token histograms replayed as Triton histograms,
      one observe() per token), gRPC streaming: c's partner for per_token_histograms_over_series
-b, c, d, g are models of one tritonserver and h is c's model over HTTP. e and f run on a second tritonserver
+x, b, c, d, g are models of one tritonserver and h is c's model over HTTP. e and f run on a second tritonserver
 in OpenTelemetry mode with `rate=0`, which traces exactly the requests that carry a W3C `traceparent`: e sends a
 new one with every request, f none. So tracing is measured on one engine, one model and one server, traced and
 not, round by round (two servers of the same configuration differ by up to ± 3 % in a long run: their engines do
@@ -63,6 +65,7 @@ CONFIGS = {  # key: (label, the Triton model's config.pbtxt parameters, or None 
     "v": ("vllm serve, HTTP SSE", None),
     "h": ("Triton HTTP SSE, metrics on", None),  # model bench_c
     "a": ("direct AsyncLLM", None),
+    "x": ("Triton, metrics off, b's twin", {}),  # an A/A pair with b: what the instrument resolves
     "b": ("Triton, metrics off", {}),
     "c": ("Triton, metrics on", {"REPORT_CUSTOM_METRICS": "true"}),
     "d": ("Triton, metrics + health", {"REPORT_CUSTOM_METRICS": "true", "ENABLE_VLLM_HEALTH_CHECK": "true"}),
@@ -893,8 +896,9 @@ def caught_up(server: TritonServer, model: str, before: dict[str, float], second
     return publish_cost(before, after, seconds) | {"catch_up_s": time.monotonic() - ended}
 
 
-ON_OFF = {"metrics_on_over_off": ("c", "b"), "health_on_over_off": ("d", "c"), "tracing_on_over_off": ("e", "f"),
-          "per_token_histograms_over_series": ("g", "c"), "metrics_all_histograms_over_off": ("g", "b")}
+ON_OFF = {"twins_x_over_b": ("x", "b"), "metrics_on_over_off": ("c", "b"), "health_on_over_off": ("d", "c"),
+          "tracing_on_over_off": ("e", "f"), "per_token_histograms_over_series": ("g", "c"),
+          "metrics_all_histograms_over_off": ("g", "b")}
 SERVING = {"triton_http_over_vllm_serve": ("h", "v"), "triton_grpc_over_vllm_serve": ("c", "v"),
            "triton_over_direct": ("b", "a"), "triton_http_over_direct": ("h", "a"),
            "engine_spawned_over_forked": ("h", "k"), "triton_http_forked_over_vllm_serve": ("k", "v"),
