@@ -34,19 +34,20 @@ def tool_env() -> dict[str, str]:
 
 
 def genai_perf_command(url: str, model: str, *, concurrency: int, requests: int, input_tokens: int,
-                       output_tokens: int, artifacts: Path, tokenizer: Path = TINY_MODEL) -> list[str]:
+                       output_tokens: int, artifacts: Path, tokenizer: Path = TINY_MODEL,
+                       verbose: bool = False) -> list[str]:
     # No --warmup-request-count: perf_analyzer 2.51 never finishes a run that has one.
     return ["genai-perf", "profile", "--model", model, "--backend", "vllm", "--endpoint-type", "kserve",
             "--streaming", "--url", url, "--tokenizer", str(tokenizer), "--concurrency", str(concurrency),
             "--request-count", str(requests), "--synthetic-input-tokens-mean", str(input_tokens),
             "--synthetic-input-tokens-stddev", "0", "--output-tokens-mean", str(output_tokens),
-            "--random-seed", "0", "--artifact-dir", str(artifacts)]
+            "--random-seed", "0", "--artifact-dir", str(artifacts), *(["--verbose"] if verbose else [])]
 
 
 def profile(args: argparse.Namespace, url: str) -> int:
     command = genai_perf_command(url, args.model, concurrency=args.concurrency, requests=args.requests,
                                  input_tokens=args.input_tokens, output_tokens=args.output_tokens,
-                                 artifacts=Path(args.artifacts))
+                                 artifacts=Path(args.artifacts), verbose=args.verbose)
     print("[genai-perf]", " ".join(command), flush=True)
     return subprocess.run(command, env=tool_env(), cwd=ROOT).returncode
 
@@ -60,6 +61,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--input-tokens", type=int, default=128)
     parser.add_argument("--output-tokens", type=int, default=64)
     parser.add_argument("--artifacts", default=str(ARTIFACTS), help="genai-perf's --artifact-dir")
+    parser.add_argument("--verbose", action="store_true",
+                        help="genai-perf --verbose: perf_analyzer's own output too (genai-perf discards it otherwise, "
+                             "so a run whose perf_analyzer exported nothing would not say why)")
     args = parser.parse_args(argv)
     tool_env()  # fail before starting a server if the tools are missing
     if args.url:

@@ -176,7 +176,7 @@ def test_genai_perf_profiles_the_streaming_model(ensemble, tmp_path):
     out = run_command(" ".join([
         sys.executable, str(ROOT / "scripts" / "perf_tools.py"), "--url", f"127.0.0.1:{ensemble.grpc_port}",
         "--model", "vllm_model_stream", "--concurrency", "2", "--requests", "8", "--input-tokens", "32",
-        "--output-tokens", "16", "--artifacts", str(tmp_path)]), timeout=300)
+        "--output-tokens", "16", "--artifacts", str(tmp_path), "--verbose"]), timeout=300)
     assert "Time To First Token" in out and "Inter Token Latency" in out, out[-3000:]
     (export,) = tmp_path.glob("*/profile_export_genai_perf.json")
     figures = json.loads(export.read_text())
