@@ -1,11 +1,13 @@
 """Batched admission (config.pbtxt `max_batch_size` > 0, docs/serving.md): Triton hands the stub every request
-queued meanwhile in one execute(), on a server of this module's with one model, `vllm_batched` (max_batch_size 8,
-metrics on; one engine, like the other small modules that run last); the shared server's `vllm_model` keeps the
-official contract.
+queued meanwhile in one execute(), on a server of this module's with one model, `vllm_batched`, configured as
+docs/serving.md's "Fast first tokens" recipe: max_batch_size 8 and two instances sharing one engine
+(SHARED_ENGINE), metrics on (one engine, like the other small modules that run last); the shared server's
+`vllm_model` keeps the official contract.
 
 Its clients' contract: infer/stream_infer inputs and outputs carry a batch dimension of 1, a batch of several
 prompts is refused with a sentence, the generate endpoints are unchanged; and bursts of requests do arrive in
-batches (`vllm_triton_execute_batch_size`), where the default model gets them one by one.
+batches (`vllm_triton_execute_batch_size`), where the default model gets them one by one. The recipe's part: both
+instances take batches of a burst and serve them on the one engine.
 """
 
 from __future__ import annotations
@@ -33,13 +35,15 @@ from triton_launcher import TritonServer
 from vllm_triton_observable.metrics import names
 
 MODEL = "vllm_batched"
+INSTANCES = (f"{MODEL}_0_0", f"{MODEL}_0_1")
 SAMPLING = {"max_tokens": 4, "temperature": 0}
 
 
 @pytest.fixture(scope="module")
 def batched_server(tmp_path_factory):
     repo = tmp_path_factory.mktemp("batched_repository")
-    write_model(repo, MODEL, params={"REPORT_CUSTOM_METRICS": "true"}, extra_config="max_batch_size: 8\n")
+    write_model(repo, MODEL, params={"REPORT_CUSTOM_METRICS": "true", "SHARED_ENGINE": "true"},
+                instances=len(INSTANCES), extra_config="max_batch_size: 8\n")
     with TritonServer(repo, env=server_env()) as triton:
         triton.wait_ready(timeout=600)
         yield triton
@@ -98,14 +102,16 @@ def test_a_batch_of_prompts_is_refused_with_a_sentence_and_harms_nothing(batched
     assert status == 200 and answer["text_output"]
 
 
-def execute_stats(server, model: str, settled: bool = False) -> tuple[float, float, float, float]:
-    """(execute() calls, requests they handed over, calls with exactly one, calls with at most 8) of a model;
-    `settled`: including everything before the call (an earlier test's requests, published within a second)."""
+def execute_stats(server, model: str, settled: bool = False, **instance: str) -> tuple[float, float, float, float]:
+    """(execute() calls, requests they handed over, calls with exactly one, calls with at most 8) of a model (or of
+    one `model_instance=`); `settled`: including everything before the call (an earlier test's requests, published
+    within a second)."""
     families = snapshot(server) if settled else scrape(server)
     sample = names.EXECUTE_BATCH_SIZE
-    return (value(families, f"{sample}_count", model=model), value(families, f"{sample}_sum", model=model),
-            value(families, f"{sample}_bucket", model=model, le="1"),
-            value(families, f"{sample}_bucket", model=model, le="8"))
+    return (value(families, f"{sample}_count", model=model, **instance),
+            value(families, f"{sample}_sum", model=model, **instance),
+            value(families, f"{sample}_bucket", model=model, le="1", **instance),
+            value(families, f"{sample}_bucket", model=model, le="8", **instance))
 
 
 def burst(server, model: str, n: int) -> None:
@@ -130,6 +136,32 @@ def burst(server, model: str, n: int) -> None:
 
 def test_a_burst_arrives_in_batches_with_batched_admission(batched_server):
     burst_counts(batched_server, MODEL, batched=True)
+
+
+def test_the_recipe_runs_two_front_ends_of_one_engine(batched_server):
+    log = batched_server.log_text()
+    assert "SHARED_ENGINE: the model's 2 instances share one engine" in log
+    assert "is client 0 of 2; it starts the engine" in log
+    assert "is client 1 of 2; it uses the engine of instance slot 0 (pid " in log
+
+
+def test_both_instances_take_batches_of_a_burst(batched_server):
+    """The recipe divides a burst's admission between the stubs: each instance hands over several requests in one
+    execute() at least once, and every request of the burst is served."""
+    n = 24
+    for _ in range(5):  # a burst that one instance happens to take whole is retried
+        before = {i: execute_stats(batched_server, MODEL, settled=True, model_instance=i) for i in INSTANCES}
+        burst(batched_server, MODEL, n)
+        expected = sum(b[1] for b in before.values()) + n
+        wait_until(lambda expected=expected: sum(execute_stats(batched_server, MODEL, model_instance=i)[1]
+                                                 for i in INSTANCES) >= expected, timeout=15)  # published in 1 s
+        grew = {i: [b - a for a, b in zip(before[i], execute_stats(batched_server, MODEL, model_instance=i),
+                                          strict=True)] for i in INSTANCES}
+        assert sum(g[1] for g in grew.values()) == n, grew
+        if all(calls < handed for calls, handed, _, _ in grew.values()):
+            return
+    pytest.fail(f"in five bursts of {n} simultaneous requests the two instances never both took several at once: "
+                f"{grew}")
 
 
 def test_a_burst_arrives_one_by_one_on_a_default_model(server):
