@@ -102,16 +102,26 @@ def test_a_batch_of_prompts_is_refused_with_a_sentence_and_harms_nothing(batched
     assert status == 200 and answer["text_output"]
 
 
-def execute_stats(server, model: str, settled: bool = False, **instance: str) -> tuple[float, float, float, float]:
+def stats_of(families: dict, model: str, **instance: str) -> tuple[float, float, float, float]:
     """(execute() calls, requests they handed over, calls with exactly one, calls with at most 8) of a model (or of
-    one `model_instance=`); `settled`: including everything before the call (an earlier test's requests, published
-    within a second)."""
-    families = snapshot(server) if settled else scrape(server)
+    one `model_instance=`) in one scrape."""
     sample = names.EXECUTE_BATCH_SIZE
     return (value(families, f"{sample}_count", model=model, **instance),
             value(families, f"{sample}_sum", model=model, **instance),
             value(families, f"{sample}_bucket", model=model, le="1", **instance),
             value(families, f"{sample}_bucket", model=model, le="8", **instance))
+
+
+def execute_stats(server, model: str, settled: bool = False) -> tuple[float, float, float, float]:
+    """A model's stats_of; `settled`: including everything before the call (an earlier test's requests, published
+    within a second)."""
+    return stats_of(snapshot(server) if settled else scrape(server), model)
+
+
+def instance_stats(server, settled: bool = False) -> dict[str, tuple[float, float, float, float]]:
+    """The recipe model's stats_of per instance, from one scrape."""
+    families = snapshot(server) if settled else scrape(server)
+    return {i: stats_of(families, MODEL, model_instance=i) for i in INSTANCES}
 
 
 def burst(server, model: str, n: int) -> None:
@@ -150,13 +160,13 @@ def test_both_instances_take_batches_of_a_burst(batched_server):
     execute() at least once, and every request of the burst is served."""
     n = 24
     for _ in range(5):  # a burst that one instance happens to take whole is retried
-        before = {i: execute_stats(batched_server, MODEL, settled=True, model_instance=i) for i in INSTANCES}
+        before = instance_stats(batched_server, settled=True)
         burst(batched_server, MODEL, n)
         expected = sum(b[1] for b in before.values()) + n
-        wait_until(lambda expected=expected: sum(execute_stats(batched_server, MODEL, model_instance=i)[1]
-                                                 for i in INSTANCES) >= expected, timeout=15)  # published in 1 s
-        grew = {i: [b - a for a, b in zip(before[i], execute_stats(batched_server, MODEL, model_instance=i),
-                                          strict=True)] for i in INSTANCES}
+        wait_until(lambda expected=expected: execute_stats(batched_server, MODEL)[1] >= expected,
+                   timeout=15)  # published within a second
+        after = instance_stats(batched_server)
+        grew = {i: [b - a for a, b in zip(before[i], after[i], strict=True)] for i in INSTANCES}
         assert sum(g[1] for g in grew.values()) == n, grew
         if all(calls < handed for calls, handed, _, _ in grew.values()):
             return
