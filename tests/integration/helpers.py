@@ -113,7 +113,9 @@ def start_load(server: Any, model: str, n: int = 3) -> list[Stream]:
     streams = [Stream(server, model) for _ in range(n)]
     for s in streams:
         s.start()
-    wait_until(lambda: all(len(s.events) >= 2 for s in streams), timeout=60)
+    wait_until(lambda: all(len(s.events) >= 2 for s in streams), timeout=60,
+               what=lambda: f"{n} streams of {model} under way, events so far: "
+                            f"{[(len(s.events), s.error[1] if s.error else None) for s in streams]}")
     return streams
 
 
@@ -389,11 +391,13 @@ def exposition_mismatches(server: Any, exposition: Path, instance: str) -> list[
     return problems
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, interval: float = 0.2) -> None:
+def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, interval: float = 0.2,
+               what: Callable[[], str] | None = None) -> None:
+    """Until `predicate` holds; past `timeout` s fail, saying what was awaited and how far it got (`what`)."""
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
+            raise AssertionError(f"condition not reached in {timeout:g} s" + (f": {what()}" if what else ""))
         time.sleep(interval)
 
 
