@@ -15,6 +15,7 @@ import json
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -78,10 +79,19 @@ class _CountingExporter:
 
 
 class RequestSpan:
-    """One request's span; every method is safe to call in any order and more than once."""
+    """One request's span; every method is safe to call in any order and more than once.
 
-    def __init__(self, span: Any) -> None:
+    Before the request ends only two things touch the SDK: starting the span and naming it in vLLM's headers. Its
+    name, attributes and events (each with the time it happened) are plain data until end() writes them: the SDK's
+    per-call work — attribute checks, locks, event objects — would otherwise sit on the paths every request of a
+    burst passes in turn (execute(), the engine loop's admissions, the response thread's first sends) and delay
+    every request behind a traced one."""
+
+    def __init__(self, span: Any, attributes: Mapping[str, Any]) -> None:
         self._span = span
+        self._name: str | None = None
+        self._attributes = {k: v for k, v in attributes.items() if v is not None}
+        self._events: list[tuple[str, int]] = []
         self._ended = False
 
     def headers(self) -> dict[str, str]:
@@ -99,13 +109,13 @@ class RequestSpan:
         return context.trace_id, context.span_id
 
     def rename(self, name: str) -> None:
-        self._span.update_name(name)
+        self._name = name
 
     def set(self, attributes: Mapping[str, Any]) -> None:
-        self._span.set_attributes({k: v for k, v in attributes.items() if v is not None})
+        self._attributes.update((k, v) for k, v in attributes.items() if v is not None)
 
     def event(self, name: str) -> None:
-        self._span.add_event(name)
+        self._events.append((name, time.time_ns()))
 
     def end(self, outcome: str, error: str | None = None) -> None:
         if self._ended:
@@ -113,7 +123,11 @@ class RequestSpan:
         from opentelemetry.trace import Status, StatusCode
 
         self._ended = True
-        self._span.set_attribute("vllm_triton.outcome", outcome)
+        if self._name is not None:
+            self._span.update_name(self._name)
+        self._span.set_attributes({**self._attributes, "vllm_triton.outcome": outcome})
+        for name, at_ns in self._events:
+            self._span.add_event(name, timestamp=at_ns)
         if error is not None:
             self._span.set_status(Status(StatusCode.ERROR, error))
         self._span.add_event("final response sent")
@@ -154,9 +168,7 @@ class RequestTracer:
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
         parent = TraceContextTextMapPropagator().extract(carrier)
-        span = self._tracer.start_span(name, context=parent, kind=SpanKind.INTERNAL,
-                                       attributes={k: v for k, v in attributes.items() if v is not None})
-        return RequestSpan(span)
+        return RequestSpan(self._tracer.start_span(name, context=parent, kind=SpanKind.INTERNAL), attributes)
 
     def incidents(self, model: str) -> IncidentTrace:
         return IncidentTrace(self._tracer, model, self._resource)

@@ -64,6 +64,41 @@ def test_only_requests_triton_traces_get_a_span():
         tracer.shutdown()
 
 
+def test_a_request_span_is_written_at_its_end_with_each_event_at_its_own_time():
+    """Name, attributes and events wait as plain data until end() (the SDK's work stays off the paths a burst of
+    requests passes in turn), and the exported span still says when each event happened."""
+    import time
+
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.trace import StatusCode
+
+    tracer = RequestTracer(TraceSettings("http://127.0.0.1:9/v1/traces"), {}, lambda n: None, lambda m: None,
+                           service_name="test")
+    exporter = InMemorySpanExporter()
+    tracer.provider.add_span_processor(SimpleSpanProcessor(exporter))
+    try:
+        span = tracer.start('{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}',
+                            "text_completion", {"a": 1, "skipped": None})
+        span.rename("text_completion m")
+        span.set({"b": "two", "none": None})
+        span.event("first token")
+        first_token_ns = time.time_ns()
+        time.sleep(0.01)
+        sdk_span = span._span  # untouched until the request ends
+        assert exporter.get_finished_spans() == () and not sdk_span.attributes and not sdk_span.events
+        assert sdk_span.name == "text_completion"
+        span.end("failed", "bad input")
+        (done,) = exporter.get_finished_spans()
+    finally:
+        tracer.shutdown()
+    assert done.name == "text_completion m"
+    assert dict(done.attributes) == {"a": 1, "b": "two", "vllm_triton.outcome": "failed"}
+    assert [event.name for event in done.events] == ["first token", "final response sent"]
+    assert done.events[0].timestamp <= first_token_ns < done.events[1].timestamp - 5_000_000
+    assert done.status.status_code is StatusCode.ERROR and done.status.description == "bad input"
+
+
 def test_a_health_incident_is_one_trace_with_a_span_per_restart_attempt():
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
