@@ -558,11 +558,26 @@ def paired_ratio(results: dict, top: str, bottom: str,
         return None
     pairs = zip(results[top]["rounds"], results[bottom]["rounds"], strict=True)
     ratios = [rate(a) / rate(b) for a, b in pairs if rate(a) and rate(b)]
-    if not ratios:
+    return median_interval(ratios) if ratios else None
+
+
+def paired_ttft_delta(results: dict, top: str, bottom: str) -> dict | None:
+    """top's TTFT p50 minus bottom's in ms, round by round (the two ran back to back), with the median's interval
+    and in how many rounds top's first tokens came later: first tokens side by side, where the medians of two
+    runs' rounds spread by tens of ms at many simultaneous starts."""
+    if top not in results or bottom not in results:
         return None
-    draws = np.random.default_rng(0).choice(ratios, size=(2000, len(ratios)))
+    pairs = zip(results[top]["rounds"], results[bottom]["rounds"], strict=True)
+    deltas = [1000 * (pct(a["ttft"], 50) - pct(b["ttft"], 50)) for a, b in pairs if a["ttft"] and b["ttft"]]
+    return median_interval(deltas) | {"later": sum(delta > 0 for delta in deltas)} if deltas else None
+
+
+def median_interval(values: list[float]) -> dict:
+    """The median of round-by-round values with its 95 % bootstrap interval: how far another run with as many
+    rounds may land."""
+    draws = np.random.default_rng(0).choice(values, size=(2000, len(values)))
     low, high = np.percentile(np.median(draws, axis=1), [2.5, 97.5])
-    return {"median": statistics.median(ratios), "ci95": [float(low), float(high)], "rounds": ratios}
+    return {"median": statistics.median(values), "ci95": [float(low), float(high)], "rounds": values}
 
 
 def round_order(configs: list[str], round_index: int) -> list[str]:
@@ -929,11 +944,22 @@ def paired_ratios_of(results: dict) -> dict:
                if (paired := paired_ratio(results, top, bottom, decoding_tokens_per_s)) is not None}}
 
 
-def paired_table(paired: dict) -> str:
+def paired_ttft_deltas_of(results: dict) -> dict:
+    """Every pair's TTFT p50 difference round by round (named after its ratio: `tracing_on_over_off` is e − f)."""
+    return {name: paired for name, (top, bottom) in {**SERVING, **ON_OFF}.items()
+            if (paired := paired_ttft_delta(results, top, bottom)) is not None}
+
+
+def paired_table(paired: dict, deltas: dict) -> str:
     rows = ["Round by round (each pair ran back to back): median, 95 % bootstrap interval of the median, rounds", ""]
     for name, r in paired.items():
         rounds = ", ".join(f"{x:.3f}" for x in r["rounds"])
         rows.append(f"{name}: {r['median']:.3f} [{r['ci95'][0]:.3f}–{r['ci95'][1]:.3f}]  ({rounds})")
+    rows += ["", "TTFT p50 of the first minus the second of each pair, ms, round by round: median, interval, "
+             "rounds the first was later", ""]
+    for name, r in deltas.items():
+        rows.append(f"{name}: {r['median']:+.1f} [{r['ci95'][0]:+.1f}, {r['ci95'][1]:+.1f}]  "
+                    f"later in {r['later']} of {len(r['rounds'])}")
     return "\n".join(rows)
 
 
@@ -1077,6 +1103,7 @@ def main(argv: list[str]) -> int:
     results = sweep[levels[-1]]
     ratios = ratios_of(results)
     report = {"ratios": ratios, "paired_ratios": paired_ratios_of(results),
+              "paired_ttft_p50_delta_ms": paired_ttft_deltas_of(results),
               "configs": {k: CONFIGS[k][0] for k in configs}, "results": results,
               "trace_spans_dropped": dropped, "trace_exports": exports,
               "workload": {"concurrency": levels[-1], "tokens": args.tokens, "rounds": args.rounds,
@@ -1095,7 +1122,7 @@ def main(argv: list[str]) -> int:
         print(f"\n{level} concurrent streams:\n")
         print(table(sweep[level], ratios_of(sweep[level])))
         print()
-        print(paired_table(paired_ratios_of(sweep[level])))
+        print(paired_table(paired_ratios_of(sweep[level]), paired_ttft_deltas_of(sweep[level])))
     print()
     say(f"JSON written to {output}" + (f"; plot drawn to {args.plot}" if len(levels) > 1 else ""))
     return 0

@@ -5,6 +5,7 @@ the ratios, the CPU per process role and each engine's own pace, and the traced 
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -64,6 +65,11 @@ def test_bench_smoke_run_writes_json(tmp_path):
     assert decoding["rounds"] == [pytest.approx((v["seconds"] - v["last_first_token_s"])
                                                 / (h["seconds"] - h["last_first_token_s"]))]
     assert "triton_http_over_vllm_serve_decoding" in result.stdout and "to the last first token" in result.stdout
+    traced_later = report["paired_ttft_p50_delta_ms"]["tracing_on_over_off"]  # e − f's first tokens, in ms
+    e, f = (report["results"][k]["rounds"][0] for k in ("e", "f"))
+    later_ms = 1000 * (statistics.median(e["ttft"]) - statistics.median(f["ttft"]))
+    assert traced_later["rounds"] == [pytest.approx(later_ms)]
+    assert traced_later["later"] == (traced_later["rounds"][0] > 0) and "later in" in result.stdout
     assert "Round by round" in result.stdout and report["workload"]["engine"]["stream_interval"] == 1
     assert report["machine"]["cores"] >= 1 and report["workload"]["concurrency"] == 2
     # the sweep: each level's results and ratios, and the plot
