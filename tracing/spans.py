@@ -90,9 +90,10 @@ class RequestSpan:
     def __init__(self, span: Any, attributes: Mapping[str, Any]) -> None:
         self._span = span
         self._name: str | None = None
-        self._attributes = {k: v for k, v in attributes.items() if v is not None}
+        self._attributes: dict[str, Any] = {}
         self._events: list[tuple[str, int]] = []
         self._ended = False
+        self.set(attributes)
 
     def headers(self) -> dict[str, str]:
         """W3C trace context naming this span: vLLM's `trace_headers`, so its span is this one's child."""
