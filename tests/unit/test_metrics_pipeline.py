@@ -155,6 +155,50 @@ def test_histograms_are_triton_histograms_equal_to_prometheus_clients_exposition
     assert "vllm:x_seconds_created" not in FakeFamily.created
 
 
+@pytest.mark.parametrize("labelnames", [(), ("engine",)], ids=["no labels", "labels"])
+def test_the_histogram_exposes_what_prometheus_clients_own_does(labelnames, monkeypatch):
+    """The swapped class keeps its own counts: its exposition, exemplars and `_created` included, is prometheus_client's
+    sample for sample, for every kind of value (a bound itself, ±inf, a negative one, NaN)."""
+    import math
+    import time
+
+    from prometheus_client import CollectorRegistry, Histogram
+    from prometheus_client.openmetrics.exposition import generate_latest
+
+    from vllm_triton_observable.metrics.histogram import ReplayableHistogram
+
+    values = [0.05, 0.1, 1.0, 0.1 + 0.2, 7.0, 10.0, 1e9, math.inf, -math.inf, -2.0, math.nan, 3, 0.0]
+    monkeypatch.setattr(time, "time", lambda: 5.0)  # `_created` and the exemplars' times
+
+    def exposition_of(cls, buckets):
+        registry = CollectorRegistry()
+        histogram = cls("x_seconds", "doc", labelnames=labelnames, buckets=buckets, registry=registry)
+        series = histogram.labels("0") if labelnames else histogram
+        with pytest.raises(ValueError):
+            (histogram.observe if labelnames else histogram.labels)(1.0)  # the parent of labelled series refuses
+        for i, v in enumerate(values):
+            series.observe(v, {"trace_id": f"t{i}"} if i % 4 == 0 else None)
+        return generate_latest(registry).decode().replace('engine="0",', "").replace('{engine="0"}', "")
+
+    for buckets in ([0.1, 1.0, 10.0], [-1.0, 0.0, 1.0]):  # below 0: prometheus_client writes no _sum
+        assert exposition_of(ReplayableHistogram, buckets) == exposition_of(Histogram, buckets)
+    ours = exposition_of(ReplayableHistogram, [0.1, 1.0, 10.0])
+    assert 'x_seconds_bucket{le="0.1"} 5.0 # {trace_id="t12"} 0.0 5.0' in ours and "x_seconds_count 12.0" in ours
+    assert "x_seconds_sum" not in exposition_of(ReplayableHistogram, [-1.0, 0.0, 1.0])
+
+
+def test_a_bucket_state_is_each_buckets_count_and_sum():
+    from vllm_triton_observable.metrics.histogram import ReplayableHistogram
+
+    registry = InstanceRegistry({"model": "m"})
+    histogram = registry.classes()[Kind.HISTOGRAM]("vllm:x_seconds", "doc", buckets=[0.1, 1.0])
+    assert isinstance(histogram, ReplayableHistogram)
+    for v in (0.05, 0.1, 0.5, 2.0, 3.0, float("nan")):
+        histogram.observe(v)
+    state = histogram.bucket_state()
+    assert state.counts == (2.0, 1.0, 2.0) and state.sums == pytest.approx((0.15, 0.5, 5.0))
+
+
 def test_each_replayed_observation_stays_in_its_bucket_against_rounding():
     import math
 
