@@ -121,3 +121,18 @@ def test_the_cost_of_one_triton_metric_call_is_measured(tmp_path):
     report = json.loads(output.read_text())
     for call in ("histogram observe", "counter increment", "gauge set", "gauge increment"):
         assert report[call]["wall_us"] > 0 and report[call]["cpu_us"] > 0 and report[call]["spinner_rate_vs_idle"] > 0
+
+
+def test_the_cost_of_the_stat_loggers_record_is_measured(tmp_path):
+    """scripts/record_cost.py: vLLM's logger and this backend's each record every step given (the script checks
+    their inter-token latency counts), timed per step and per token."""
+    output = tmp_path / "record.json"
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "record_cost.py"), "--streams", "2,8",
+                             "--steps", "3", "--repeat", "2", "--output", str(output)],
+                            capture_output=True, text=True, timeout=300, env=dict(os.environ))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads(output.read_text())
+    for streams in ("2", "8"):
+        for logger in ("vllm", "backend"):
+            measured = report[streams][logger]
+            assert measured["us_per_step"] > 0 and measured["us_per_token"] > 0, (streams, logger)
