@@ -26,7 +26,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "scripts"), str(ROOT)]
 
-from engine_settings import engine_for  # noqa: E402
+from engine_settings import TINY_MODEL, engine_for  # noqa: E402
 
 
 def loggers() -> dict[str, Any]:
@@ -86,6 +86,8 @@ def measure(streams: list[int], count: int, repeat: int) -> dict[str, Any]:
 
 
 def main() -> None:
+    if not (TINY_MODEL / "config.json").exists():
+        raise SystemExit(f"no tiny model at {TINY_MODEL.relative_to(ROOT)}: `bash scripts/setup.sh` builds it")
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--streams", default="64,256", help="generated tokens (streams) per step, comma-separated")
     parser.add_argument("--steps", type=int, default=50)
