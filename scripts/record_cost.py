@@ -30,7 +30,6 @@ from engine_settings import TINY_MODEL, engine_for  # noqa: E402
 
 
 def loggers() -> dict[str, Any]:
-    import prometheus_client
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.usage.usage_lib import UsageContext
     from vllm.v1.metrics.loggers import PrometheusStatLogger
@@ -40,7 +39,6 @@ def loggers() -> dict[str, Any]:
 
     config = AsyncEngineArgs(**engine_for("bench"), disable_log_stats=False).create_engine_config(
         UsageContext.OPENAI_API_SERVER)
-    prometheus_client.REGISTRY = prometheus_client.CollectorRegistry()  # vLLM's logger registers in the default one
     return {"vllm": PrometheusStatLogger(config),
             "backend": stat_logger_class(InstanceRegistry({"model": "record_cost"}))(config)}
 
@@ -58,9 +56,9 @@ def steps(streams: int, count: int) -> list[tuple[Any, Any]]:
 
 
 def observed(logger: Any) -> float:
-    """How many inter-token latencies the logger's histogram holds, read from the registry it writes to."""
-    histogram = logger.histogram_inter_token_latency[0]
-    return next(s.value for s in histogram._child_samples() if s.name == "_count")
+    """How many inter-token latencies the logger's histogram holds, as its exposition says."""
+    (family,) = logger.histogram_inter_token_latency[0].collect()
+    return next(s.value for s in family.samples if s.name.endswith("_count"))
 
 
 def measure(streams: list[int], count: int, repeat: int) -> dict[str, Any]:
