@@ -22,7 +22,6 @@ backend.engine_shm, not vLLM, so that it starts in a fraction of a second and ho
 
 from __future__ import annotations
 
-import multiprocessing.spawn
 import os
 import select
 import shutil
@@ -35,6 +34,7 @@ from pathlib import Path
 
 import psutil  # a dependency of vLLM, so present wherever the backend runs
 
+from ..common.helper_process import helper_command
 from .engine_shm import mapped_segments, unlink_left_behind
 
 ENGINE_PROCESS_PREFIX = "VLLM::"  # vLLM's process titles: VLLM::EngineCore, VLLM::Worker
@@ -168,22 +168,9 @@ class ParentWatch:
 
     def start(self) -> None:
         region = stub_region(psutil.Process().cmdline())
-        # multiprocessing's interpreter: the one vLLM's spawned EngineCore runs on, with this environment's packages
-        command = [multiprocessing.spawn.get_executable(), "-c", _LAUNCH, str(import_root()), __name__,
-                   str(self._server_pid), str(os.getpid()), str(region or ""), str(self._ipc_root or "")]
+        command = helper_command(__name__, [str(self._server_pid), str(os.getpid()), str(region or ""),
+                                            str(self._ipc_root or "")])
         self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, start_new_session=True, close_fds=True)
         self._log_info(f"parent watch: pid {self.process.pid} takes the engine down if tritonserver "
                        f"(pid {self._server_pid}) ends without unloading the model")
 
-
-def import_root() -> Path:
-    """The directory the backend's package is imported from (installed: beside model.py; the repository: its root,
-    where the package is a module naming its rooms)."""
-    top = Path(sys.modules[__name__.split(".")[0]].__file__ or "")
-    return top.parents[1] if top.name == "__init__.py" else top.parent
-
-
-# `python -c _LAUNCH PACKAGE_ROOT MODULE ARGS...`: this module from the backend's package, not the working directory.
-_LAUNCH = ("import importlib, signal, sys; sys.path[0] = sys.argv[1]; "
-           "signal.signal(signal.SIGINT, signal.SIG_IGN); "  # a terminal's Ctrl-C is for tritonserver: it unloads
-           "sys.exit(importlib.import_module(sys.argv[2]).main(sys.argv[3:]))")

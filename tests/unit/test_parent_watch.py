@@ -37,14 +37,13 @@ def test_the_watch_process_kills_a_stub_that_outlives_its_server(tmp_path):
     import time
 
     from vllm_triton_observable.backend import parent_watch
+    from vllm_triton_observable.common.helper_process import helper_command
 
     server, stub = (subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"]) for _ in range(2))
     ipc = tmp_path / "ipc"
     ipc.mkdir()
-    watch = subprocess.Popen([sys.executable, "-c", parent_watch._LAUNCH, str(parent_watch.import_root()),
-                              parent_watch.__name__,
-                              str(server.pid), str(stub.pid), "", str(ipc)], stderr=subprocess.PIPE, text=True,
-                             cwd=tmp_path)  # not where the package is
+    watch = subprocess.Popen(helper_command(parent_watch.__name__, [str(server.pid), str(stub.pid), "", str(ipc)]),
+                             stderr=subprocess.PIPE, text=True, cwd=tmp_path)  # not where the package is
     try:
         time.sleep(1.0)
         assert watch.poll() is None and stub.poll() is None  # both alive: the watch waits
