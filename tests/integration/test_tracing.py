@@ -15,6 +15,7 @@ import requests
 import tritonclient.grpc as grpcclient
 from helpers import (
     BASE_ENGINE,
+    cmdline,
     engine_of,
     generate,
     grpc_inputs,
@@ -145,6 +146,18 @@ def test_one_trace_from_the_client_through_triton_and_the_backend_into_vllm(trac
     assert attributes["gen_ai.response.finish_reasons"] == ["length"]
     assert attributes["vllm_triton.stream"] is stream and attributes["vllm_triton.outcome"] == "completed"
     assert spans[VLLM_SPAN]["attributes"]["gen_ai.usage.completion_tokens"] == 12
+
+
+def test_the_backends_spans_leave_the_stub_through_a_process_of_their_own(traced):
+    """Their OTLP encoding runs off the stub's GIL, in one child of the stub (every backend span these tests
+    receive came through it)."""
+    server, receiver = traced
+    trace_id, response = generate_traced(server, {"text_input": PROMPT, "parameters": {"max_tokens": 2}})
+    assert response.status_code == 200, response.text
+    assert BACKEND_SPAN in receiver.trace(trace_id, {BACKEND_SPAN})
+    stub = stub_of(server, MODEL)
+    exporters = [p for p in stub.children() if "tracing.export_process" in cmdline(p)]
+    assert len(exporters) == 1, [cmdline(p) for p in stub.children()]
 
 
 def test_otlp_metrics_are_the_registry_with_exemplars_that_name_real_traces(traced):
