@@ -226,7 +226,10 @@ def config_pids(key: str, servers: dict[str, TritonServer]) -> list[int]:
 
 
 ROLES = (("VLLM::EngineCore", "EngineCore"), ("VLLM::Worker", "worker"), ("triton_python_backend_stub", "stub"),
-         ("tritonserver", "tritonserver"), ("vllm.entrypoints", "API server"))
+         ("tritonserver", "tritonserver"), ("vllm.entrypoints", "API server"),
+         # the stub's helpers: its spans' exporter (its batches land up to 0.5 s after their requests, so mostly
+         # outside a round's window) and its parent watch
+         ("tracing.export_process", "span exporter"), ("parent_watch", "parent watch"))
 
 
 def role(process: psutil.Process) -> str:
@@ -696,16 +699,21 @@ def spans_dropped(server: TritonServer) -> float:
     return sample_totals(text, {names.TRACE_SPANS_DROPPED: "dropped"}, None)["dropped"]
 
 
-def trace_exports(sink_url: str, wait_s: float = 10.0) -> dict[str, int]:
-    """OTLP exports the sink received, by content type, once both Triton's (JSON) and the SDK's (protobuf) are
-    in (their batch processors post every 0.5–5 s) or `wait_s` has passed."""
+def trace_exports(sink_url: str, wait_s: float = 30.0, still_s: float = 6.0) -> tuple[dict[str, int], dict[str, int]]:
+    """OTLP exports the sink received, by content type, and the spans in them, by service: once both Triton's
+    (JSON) and the SDK's (protobuf) are in and no span has arrived for `still_s` (vLLM's batch processor posts every
+    5 s), or `wait_s` has passed."""
     import requests
 
-    deadline = time.monotonic() + wait_s
+    base = sink_url.rsplit("/v1/", 1)[0]
+    deadline, last, still_since = time.monotonic() + wait_s, None, time.monotonic()
     while True:
-        exports = requests.get(sink_url.rsplit("/v1/", 1)[0], timeout=10).json()
-        if {"application/json", "application/x-protobuf"} <= set(exports) or time.monotonic() > deadline:
-            return exports
+        exports, spans = (requests.get(base + path, timeout=10).json() for path in ("/", "/services"))
+        if spans != last:
+            last, still_since = spans, time.monotonic()
+        settled = time.monotonic() - still_since >= still_s
+        if {"application/json", "application/x-protobuf"} <= set(exports) and settled or time.monotonic() > deadline:
+            return exports, spans
         time.sleep(0.5)
 
 
@@ -1063,7 +1071,7 @@ def main(argv: list[str]) -> int:
     levels = [int(c) for c in args.sweep.split(",") if c] or [args.concurrency]
 
     runs: dict[int, dict[str, list[Run]]] = {level: {c: [] for c in configs} for level in levels}
-    sink, sink_url, exports, engine = None, "", None, None
+    sink, sink_url, exports, engine = None, "", (None, None), None
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         repositories = write_repositories(Path(tmp), configs)
         servers: dict[str, Any] = {}
@@ -1092,7 +1100,7 @@ def main(argv: list[str]) -> int:
                         if not warm:
                             runs[level][key].append(run)
             dropped = spans_dropped(servers["traced"]) if "traced" in servers else None
-            exports = trace_exports(sink_url) if "e" in configs else None
+            exports = trace_exports(sink_url) if "e" in configs else (None, None)
         except BaseException as exc:
             say(f"stopping every server: {type(exc).__name__}: {exc}")
             raise
@@ -1105,7 +1113,7 @@ def main(argv: list[str]) -> int:
     report = {"ratios": ratios, "paired_ratios": paired_ratios_of(results),
               "paired_ttft_p50_delta_ms": paired_ttft_deltas_of(results),
               "configs": {k: CONFIGS[k][0] for k in configs}, "results": results,
-              "trace_spans_dropped": dropped, "trace_exports": exports,
+              "trace_spans_dropped": dropped, "trace_exports": exports[0], "trace_spans_by_service": exports[1],
               "workload": {"concurrency": levels[-1], "tokens": args.tokens, "rounds": args.rounds,
                            "warmup": args.warmup, "prompt": PROMPT, "prompt_words": args.prompt_words,
                            "engine": ENGINE},
@@ -1124,6 +1132,8 @@ def main(argv: list[str]) -> int:
         print()
         print(paired_table(paired_ratios_of(sweep[level]), paired_ttft_deltas_of(sweep[level])))
     print()
+    if exports[1] is not None:
+        say(f"traced spans received, by service: {exports[1]}; spans the backend counted as dropped: {dropped}")
     say(f"JSON written to {output}" + (f"; plot drawn to {args.plot}" if len(levels) > 1 else ""))
     return 0
 

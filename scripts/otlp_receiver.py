@@ -6,7 +6,7 @@ point kept as plain data.
 In the tests' process: `with OtlpReceiver() as receiver:`. As a process of its own (so that the exporters' posts
 cost the measured processes nothing but the export itself): `python scripts/otlp_receiver.py PORT [--discard]`;
 `GET /` answers how many exports arrived, by content type, `GET /spans` the spans kept (none with --discard, which
-answers every export at once without reading it: `make bench`'s traced configuration).
+keeps only how many spans each service sent, `GET /services`: `make bench`'s traced configuration).
 """
 
 from __future__ import annotations
@@ -93,6 +93,22 @@ def _points_from_json(body: dict[str, Any]) -> list[dict[str, Any]]:
     return points
 
 
+def _spans_by_service(raw: bytes, kind: str) -> dict[str, int]:
+    """How many spans an export carries, by its resources' service.name: whose spans arrived, without keeping them."""
+    counts: dict[str, int] = {}
+    if "json" in kind:
+        for resource_spans in json.loads(raw).get("resourceSpans", []):
+            service = _attributes(resource_spans.get("resource", {}).get("attributes", [])).get("service.name")
+            count = sum(len(scope.get("spans", [])) for scope in resource_spans.get("scopeSpans", []))
+            counts[str(service)] = counts.get(str(service), 0) + count
+        return counts
+    for resource_spans in ExportTraceServiceRequest.FromString(raw).resource_spans:
+        service = next((a.value.string_value for a in resource_spans.resource.attributes if a.key == "service.name"),
+                       "None")
+        counts[service] = counts.get(service, 0) + sum(len(scope.spans) for scope in resource_spans.scope_spans)
+    return counts
+
+
 class OtlpReceiver:
     def __init__(self, port: int | None = None, discard: bool = False) -> None:
         self.port = port or free_port()
@@ -101,6 +117,7 @@ class OtlpReceiver:
         self.spans: list[dict[str, Any]] = []
         self.metric_exports: list[list[dict[str, Any]]] = []  # one list of data points per export received
         self.bodies: dict[str, int] = {}  # content type → requests received
+        self.span_counts: dict[str, int] = {}  # service → spans received (--discard keeps only these counts)
         self._lock = threading.Lock()
         receiver = self
 
@@ -111,8 +128,11 @@ class OtlpReceiver:
                 raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 kind = self.headers.get("Content-Type", "")
                 if discard:
+                    counts = _spans_by_service(raw, kind) if self.path.endswith("/v1/traces") else {}
                     with receiver._lock:
                         receiver.bodies[kind] = receiver.bodies.get(kind, 0) + 1
+                        for service, count in counts.items():
+                            receiver.span_counts[service] = receiver.span_counts.get(service, 0) + count
                     self._answer(b"{}" if "json" in kind else b"", kind or "application/x-protobuf")
                     return
                 if self.path.endswith("/v1/metrics"):
@@ -140,7 +160,8 @@ class OtlpReceiver:
 
             def do_GET(self) -> None:  # noqa: N802
                 with receiver._lock:
-                    answer = json.dumps(receiver.spans if self.path == "/spans" else receiver.bodies).encode()
+                    answer = json.dumps(receiver.spans if self.path == "/spans" else receiver.span_counts
+                                        if self.path == "/services" else receiver.bodies).encode()
                 self._answer(answer, "application/json")
 
             def _answer(self, body: bytes, content_type: str) -> None:

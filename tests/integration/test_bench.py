@@ -57,6 +57,9 @@ def test_bench_smoke_run_writes_json(tmp_path):
     # exporters (the backend's, vLLM's) post protobuf to the same sink
     assert report["trace_exports"].get("application/json", 0) > 0
     assert report["trace_exports"].get("application/x-protobuf", 0) > 0
+    # each of e's 3 traced requests: its backend span arrived, and vLLM's (vLLM's processes add start-up spans)
+    spans = report["trace_spans_by_service"]
+    assert spans.get("vllm-triton-backend") == 3 and spans.get("vllm", 0) >= 3, spans
     assert report["ratios"]["scrape_p99_ms"] > 0
     paired = report["paired_ratios"]["triton_http_over_vllm_serve"]  # round by round, with its interval
     assert len(paired["rounds"]) == 1 and paired["ci95"][0] <= paired["median"] <= paired["ci95"][1]
