@@ -73,7 +73,7 @@ def export_batches(source: IO[bytes], export: Callable[[list[ReadableSpan]], boo
     while True:
         try:
             records = pickle.load(source)
-        except EOFError:
+        except (EOFError, pickle.UnpicklingError):  # the stub closed the pipe, or died half-way through a batch
             return
         spans = [readable_span(record, resource) for record in records]
         try:

@@ -67,6 +67,14 @@ def test_spans_the_exporter_cannot_deliver_are_counted_and_the_loop_goes_on():
     assert sent == [["text_completion m", "engine incident m"]] * 2  # the third batch still went
 
 
+def test_a_batch_cut_short_by_the_stubs_death_ends_the_loop_quietly():
+    records = [span_record(span) for span in finished_spans()]
+    whole, cut = pickle.dumps(records), pickle.dumps(records)[:-20]
+    sent = []
+    export_batches(io.BytesIO(whole + cut), lambda spans: sent.append(len(spans)) or True, RESOURCE, sent.append)
+    assert sent == [2]  # the whole batch went; the cut one ended the loop
+
+
 def test_the_export_process_counts_what_it_could_not_send_and_ends_with_the_tracer(monkeypatch):
     """The real process, against a port nobody serves: the spans come back as a count, and the tracer's shutdown
     waits for the process (bounded) instead of leaving it behind."""
