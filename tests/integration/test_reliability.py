@@ -272,6 +272,9 @@ def outcomes(before: dict, after: dict) -> dict[str, float]:
             for o in (outcome.value for outcome in Outcome)}
 
 
+PUBLISH_INTERVAL_S = 1.0  # the metrics publisher's longest rest (metrics.publisher)
+
+
 def test_cancellation_storm_ends_every_request(server):
     rng = random.Random(7)
     kinds = [lambda r: cancel_http_stream(server, r), lambda r: cancel_grpc(server, some_delay(r), stream=True),
@@ -295,7 +298,11 @@ def test_cancellation_storm_ends_every_request(server):
     # every request that reached the model ended, as cancelled (a few gRPC ones were cancelled before being sent)
     assert ended_as["cancelled"] == received(after) - received(before) >= 150, (ended_as, received(after))
     assert ended_as["completed"] == ended_as["failed"] == ended_as["rejected"] == 0, ended_as
-    assert took <= 2.0, f"in flight / running / waiting returned to 0 only {took:.2f} s after the storm"
+    # The requests end when cancelled; what /metrics shows follows within a publish: after a storm the publisher's
+    # CPU budget is spent and it rests up to its 1 s interval, and one publish took 0.1-0.3 s of wall time on busy
+    # cores (2.13 s was seen once on two loaded cores against a bound of 2 s)
+    assert took <= PUBLISH_INTERVAL_S + 2.0, \
+        f"in flight / running / waiting returned to 0 only {took:.2f} s after the storm"
     settled(server)
 
 
