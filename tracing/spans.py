@@ -154,8 +154,15 @@ class RequestTracer:
         sampling = self.provider.sampler.should_sample(context, trace_id, name, SpanKind.INTERNAL)
         if not sampling.decision.is_sampled():
             return None
-        random_trace_id = parent.trace_flags.random_trace_id if parent.is_valid else ids.is_trace_id_random()
-        flags = TraceFlags.SAMPLED | (TraceFlags.RANDOM_TRACE_ID if random_trace_id else 0)
+        # W3C Trace Context Level 2's "random trace id" flag, kept from the parent or set for a random root id as the
+        # SDK does where it has it (TraceFlags.RANDOM_TRACE_ID, in recent opentelemetry-api); older SDKs and this
+        # span alike carry only "sampled" there
+        random_flag = getattr(TraceFlags, "RANDOM_TRACE_ID", 0)
+        if parent.is_valid:
+            random_flag &= parent.trace_flags
+        elif random_flag and not ids.is_trace_id_random():
+            random_flag = 0
+        flags = TraceFlags.SAMPLED | random_flag
         trace_state = sampling.trace_state.to_header() if sampling.trace_state else ""
         return RequestSpan(self.exporter.submit, trace_id, ids.generate_span_id(), flags, trace_state,
                            parent.span_id if parent.is_valid else None, name,

@@ -148,3 +148,23 @@ def test_a_request_span_encodes_as_the_sdk_span_it_replaces():
     sdk_span.end(end_time=record.end_ns)
     assert encode_spans([readable_span(record, RESOURCE)]).SerializeToString(deterministic=True) == \
         encode_spans(exporter.get_finished_spans()).SerializeToString(deterministic=True)
+
+
+def test_vllm_is_handed_the_flags_an_sdk_span_would_carry():
+    """The sampled flag, and W3C Trace Context Level 2's random-trace-id flag where the parent has it."""
+    from opentelemetry import trace
+
+    tracer = RequestTracer(TraceSettings("http://127.0.0.1:9/v1/traces"), {}, lambda n: None, lambda m: None,
+                           service_name="test")
+    sdk_tracer = TracerProvider(resource=RESOURCE).get_tracer("sdk")
+    try:
+        for flags in ("01", "03"):
+            parent = f"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-{flags}"
+            ours = tracer.start(f'{{"traceparent": "{parent}"}}', "x", {}).headers()["traceparent"]
+            context = TraceContextTextMapPropagator().extract({"traceparent": parent})
+            sdk_span = sdk_tracer.start_span("x", context=context)
+            carrier: dict[str, str] = {}
+            TraceContextTextMapPropagator().inject(carrier, context=trace.set_span_in_context(sdk_span))
+            assert ours[-2:] == carrier["traceparent"][-2:] == flags
+    finally:
+        tracer.shutdown()
