@@ -42,6 +42,7 @@ BATCH_SIZE = 512  # spans per pickled write
 SCHEDULE_DELAY_S = 0.5  # how long a finished span may wait for its batch to fill
 EXIT_GRACE_S = 15.0  # for the process to send what it holds at shutdown: the exporter's 10 s timeout, and its start
 
+
 def span_record(span: ReadableSpan) -> SpanRecord:
     """A finished SDK span's record (its attribute values are already the SDK's cleaned ones)."""
     context, parent, status, scope = span.context, span.parent, span.status, span.instrumentation_scope

@@ -122,6 +122,8 @@ class RequestTracer:
                  on_dropped: Callable[[int], None], log_warn: Callable[[str], None], service_name: str) -> None:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.trace import TraceFlags
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
         from .export_process import ExportProcess
 
@@ -136,6 +138,11 @@ class RequestTracer:
         self.provider.add_span_processor(self.exporter)
         self._tracer = self.provider.get_tracer(SCOPE)
         self._disabled = os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"  # as the SDK reads it
+        self._propagator = TraceContextTextMapPropagator()
+        # W3C Trace Context Level 2's "random trace id" flag, which the SDK keeps from the parent or sets for a
+        # random root id where it has it (TraceFlags.RANDOM_TRACE_ID, in recent opentelemetry-api); with older
+        # releases the SDK's spans and this tracer's alike carry only "sampled"
+        self._random_flag = getattr(TraceFlags, "RANDOM_TRACE_ID", 0)
 
     def start(self, triton_context: str | None, name: str, attributes: Mapping[str, Any]) -> RequestSpan | None:
         """A span for a request Triton traces (its context JSON carries `traceparent`) and the provider's sampler
@@ -145,19 +152,15 @@ class RequestTracer:
             return None
         from opentelemetry import trace
         from opentelemetry.trace import SpanKind, TraceFlags
-        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-        context = TraceContextTextMapPropagator().extract(carrier)
+        context = self._propagator.extract(carrier)
         parent = trace.get_current_span(context).get_span_context()
         ids = self.provider.id_generator
         trace_id = parent.trace_id if parent.is_valid else ids.generate_trace_id()
         sampling = self.provider.sampler.should_sample(context, trace_id, name, SpanKind.INTERNAL)
         if not sampling.decision.is_sampled():
             return None
-        # W3C Trace Context Level 2's "random trace id" flag, kept from the parent or set for a random root id as the
-        # SDK does where it has it (TraceFlags.RANDOM_TRACE_ID, in recent opentelemetry-api); older SDKs and this
-        # span alike carry only "sampled" there
-        random_flag = getattr(TraceFlags, "RANDOM_TRACE_ID", 0)
+        random_flag = self._random_flag
         if parent.is_valid:
             random_flag &= parent.trace_flags
         elif random_flag and not ids.is_trace_id_random():

@@ -16,7 +16,6 @@ from opentelemetry.trace import SpanKind, Status, StatusCode, TraceState
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from vllm_triton_observable.tracing.export_process import export_batches, readable_span, span_record
-from vllm_triton_observable.tracing.spans import RequestTracer, TraceSettings
 
 RESOURCE = Resource.create({"service.name": "test", "triton.model_name": "m"})
 PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -75,13 +74,11 @@ def test_a_batch_cut_short_by_the_stubs_death_ends_the_loop_quietly():
     assert sent == [2]  # the whole batch went; the cut one ended the loop
 
 
-def test_the_export_process_counts_what_it_could_not_send_and_ends_with_the_tracer(monkeypatch):
+def test_the_export_process_counts_what_it_could_not_send_and_ends_with_the_tracer(dead_port_tracer):
     """The real process, against a port nobody serves: the spans come back as a count, and the tracer's shutdown
     waits for the process (bounded) instead of leaving it behind."""
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "1")
     dropped: list[int] = []
-    tracer = RequestTracer(TraceSettings("http://127.0.0.1:9/v1/traces"), {}, dropped.append, lambda m: None,
-                           service_name="test")
+    tracer = dead_port_tracer(on_dropped=dropped.append)
     for _ in range(3):
         tracer.start(f'{{"traceparent": "{PARENT}"}}', "x", {}).end("completed")
     started = time.monotonic()
@@ -91,45 +88,37 @@ def test_the_export_process_counts_what_it_could_not_send_and_ends_with_the_trac
     assert time.monotonic() - started < 15
 
 
-def test_spans_after_the_export_process_died_are_dropped_and_counted():
+def test_spans_after_the_export_process_died_are_dropped_and_counted(dead_port_tracer):
     dropped: list[int] = []
     warnings: list[str] = []
-    tracer = RequestTracer(TraceSettings("http://127.0.0.1:9/v1/traces"), {}, dropped.append, warnings.append,
-                           service_name="test")
+    tracer = dead_port_tracer(on_dropped=dropped.append, log_warn=warnings.append)
     process = tracer.exporter
     process.process.kill()
     process.process.wait()
-    try:
-        deadline = time.monotonic() + 10
-        while not any("has exited" in w for w in warnings) and time.monotonic() < deadline:
-            tracer.start(f'{{"traceparent": "{PARENT}"}}', "x", {}).end("completed")
-            process.force_flush()
-            time.sleep(0.1)
-        assert any("span export process has exited" in w for w in warnings), warnings
-        before = sum(dropped)
+    deadline = time.monotonic() + 10
+    while not any("has exited" in w for w in warnings) and time.monotonic() < deadline:
         tracer.start(f'{{"traceparent": "{PARENT}"}}', "x", {}).end("completed")
-        assert sum(dropped) == before + 1
-    finally:
-        tracer.shutdown()
+        process.force_flush()
+        time.sleep(0.1)
+    assert any("span export process has exited" in w for w in warnings), warnings
+    before = sum(dropped)
+    tracer.start(f'{{"traceparent": "{PARENT}"}}', "x", {}).end("completed")
+    assert sum(dropped) == before + 1
 
 
-def test_a_request_span_encodes_as_the_sdk_span_it_replaces():
+def test_a_request_span_encodes_as_the_sdk_span_it_replaces(dead_port_tracer):
     """The backend's request span, never an SDK span in the stub, reaches the receiver as the SDK span with the
     same ids, times, attributes, events and status would have."""
     from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 
     records = []
-    tracer = RequestTracer(TraceSettings("http://127.0.0.1:9/v1/traces"), {}, lambda n: None, lambda m: None,
-                           service_name="test")
+    tracer = dead_port_tracer()
     tracer.exporter.submit = records.append
-    try:
-        span = tracer.start(f'{{"traceparent": "{PARENT}", "tracestate": "vendor=x"}}', "text_completion m",
-                            {"gen_ai.request.max_tokens": 16, "gen_ai.request.temperature": 0.5})
-        span.event("first token")
-        span.set({"gen_ai.response.finish_reasons": ["length"], "vllm_triton.stream": True})
-        span.end("cancelled", "the client cancelled")
-    finally:
-        tracer.shutdown()
+    span = tracer.start(f'{{"traceparent": "{PARENT}", "tracestate": "vendor=x"}}', "text_completion m",
+                        {"gen_ai.request.max_tokens": 16, "gen_ai.request.temperature": 0.5})
+    span.event("first token")
+    span.set({"gen_ai.response.finish_reasons": ["length"], "vllm_triton.stream": True})
+    span.end("cancelled", "the client cancelled")
     (record,) = records
 
     class SameIds(RandomIdGenerator):
@@ -150,21 +139,17 @@ def test_a_request_span_encodes_as_the_sdk_span_it_replaces():
         encode_spans(exporter.get_finished_spans()).SerializeToString(deterministic=True)
 
 
-def test_vllm_is_handed_the_flags_an_sdk_span_would_carry():
+def test_vllm_is_handed_the_flags_an_sdk_span_would_carry(dead_port_tracer):
     """The sampled flag, and W3C Trace Context Level 2's random-trace-id flag where the parent has it."""
     from opentelemetry import trace
 
-    tracer = RequestTracer(TraceSettings("http://127.0.0.1:9/v1/traces"), {}, lambda n: None, lambda m: None,
-                           service_name="test")
+    tracer = dead_port_tracer()
     sdk_tracer = TracerProvider(resource=RESOURCE).get_tracer("sdk")
-    try:
-        for flags in ("01", "03"):
-            parent = f"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-{flags}"
-            ours = tracer.start(f'{{"traceparent": "{parent}"}}', "x", {}).headers()["traceparent"]
-            context = TraceContextTextMapPropagator().extract({"traceparent": parent})
-            sdk_span = sdk_tracer.start_span("x", context=context)
-            carrier: dict[str, str] = {}
-            TraceContextTextMapPropagator().inject(carrier, context=trace.set_span_in_context(sdk_span))
-            assert ours[-2:] == carrier["traceparent"][-2:] == flags
-    finally:
-        tracer.shutdown()
+    for flags in ("01", "03"):
+        parent = f"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-{flags}"
+        ours = tracer.start(f'{{"traceparent": "{parent}"}}', "x", {}).headers()["traceparent"]
+        context = TraceContextTextMapPropagator().extract({"traceparent": parent})
+        sdk_span = sdk_tracer.start_span("x", context=context)
+        carrier: dict[str, str] = {}
+        TraceContextTextMapPropagator().inject(carrier, context=trace.set_span_in_context(sdk_span))
+        assert ours[-2:] == carrier["traceparent"][-2:] == flags

@@ -1,19 +1,11 @@
 """Tracing's pure logic: when it is on and where spans go (from tritonserver's flags and OTEL_* variables), which
 requests get a span, and what a request's and an incident's spans say."""
 
-import pytest
-
 from vllm_triton_observable.common.server_flags import trace_config
-from vllm_triton_observable.tracing.spans import RequestTracer, TraceSettings
+from vllm_triton_observable.tracing.spans import TraceSettings
 
 OTEL = ["tritonserver", "--trace-config", "mode=opentelemetry",
         "--trace-config=opentelemetry,url=http://collector:4318/v1/traces", "--trace-config", "rate=1"]
-
-
-@pytest.fixture(autouse=True)
-def _quick_export_timeout(monkeypatch):
-    """The tracers here export to a port nobody serves: their export processes give up within a second."""
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "1")
 
 
 def test_trace_config_reads_every_form():
@@ -36,25 +28,21 @@ def test_the_standard_otel_variables_win():
                                      ).endpoint == "http://t:9/x"
 
 
-def test_only_requests_triton_traces_get_a_span():
+def test_only_requests_triton_traces_get_a_span(dead_port_tracer):
     warnings = []
-    tracer = RequestTracer(TraceSettings("http://127.0.0.1:9/v1/traces"), {}, lambda n: None, warnings.append,
-                           service_name="test")
-    try:
-        assert "no OTLP receiver answers" in warnings[0]  # said once, at load
-        assert tracer.start(None, "x", {}) is None
-        assert tracer.start("not json", "x", {}) is None
-        assert tracer.start('{"other": 1}', "x", {}) is None
-        span = tracer.start('{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}', "x",
-                            {"a": 1, "skipped": None})
-        assert span.headers()["traceparent"].startswith("00-0af7651916cd43dd8448eb211c80319c-")
-        span.end("completed")
-        span.end("completed")  # a second end is harmless
-    finally:
-        tracer.shutdown()
+    tracer = dead_port_tracer(log_warn=warnings.append)
+    assert "no OTLP receiver answers" in warnings[0]  # said once, at load
+    assert tracer.start(None, "x", {}) is None
+    assert tracer.start("not json", "x", {}) is None
+    assert tracer.start('{"other": 1}', "x", {}) is None
+    span = tracer.start('{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}', "x",
+                        {"a": 1, "skipped": None})
+    assert span.headers()["traceparent"].startswith("00-0af7651916cd43dd8448eb211c80319c-")
+    span.end("completed")
+    span.end("completed")  # a second end is harmless
 
 
-def test_a_request_span_is_one_record_at_its_end_with_each_event_at_its_own_time():
+def test_a_request_span_is_one_record_at_its_end_with_each_event_at_its_own_time(dead_port_tracer):
     """Name, attributes and events wait as plain data until end() (no SDK span: its per-call work stays off the
     paths a burst of requests passes in turn), and the record still says when each event happened; it is the child
     of Triton's span, and the parent of vLLM's (its headers name it)."""
@@ -62,24 +50,20 @@ def test_a_request_span_is_one_record_at_its_end_with_each_event_at_its_own_time
 
     from opentelemetry.trace import SpanKind, StatusCode
 
-    tracer = RequestTracer(TraceSettings("http://127.0.0.1:9/v1/traces"), {}, lambda n: None, lambda m: None,
-                           service_name="test")
+    tracer = dead_port_tracer()
     records = []
     tracer.exporter.submit = records.append
-    try:
-        span = tracer.start('{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", '
-                            '"tracestate": "vendor=x"}', "text_completion", {"a": 1, "skipped": None})
-        span.rename("text_completion m")
-        span.set({"b": "two", "none": None})
-        span.event("first token")
-        first_token_ns = time.time_ns()
-        time.sleep(0.01)
-        assert records == []  # nothing until the request ends
-        span.end("failed", "bad input")
-        span.end("failed", "bad input")  # a second end is harmless
-        (done,) = records
-    finally:
-        tracer.shutdown()
+    span = tracer.start('{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", '
+                        '"tracestate": "vendor=x"}', "text_completion", {"a": 1, "skipped": None})
+    span.rename("text_completion m")
+    span.set({"b": "two", "none": None})
+    span.event("first token")
+    first_token_ns = time.time_ns()
+    time.sleep(0.01)
+    assert records == []  # nothing until the request ends
+    span.end("failed", "bad input")
+    span.end("failed", "bad input")  # a second end is harmless
+    (done,) = records
     assert done.name == "text_completion m" and done.kind == SpanKind.INTERNAL.value
     assert done.trace_id == 0x0af7651916cd43dd8448eb211c80319c and done.parent == (0xb7ad6b7169203331, True)
     assert span.ids() == (done.trace_id, done.span_id) and done.span_id != 0
@@ -92,22 +76,12 @@ def test_a_request_span_is_one_record_at_its_end_with_each_event_at_its_own_time
     assert done.status == StatusCode.ERROR.value and done.description == "bad input"
 
 
-def test_an_unsampled_context_or_a_disabled_sdk_gets_no_span(monkeypatch):
-    tracer = RequestTracer(TraceSettings("http://127.0.0.1:9/v1/traces"), {}, lambda n: None, lambda m: None,
-                           service_name="test")
-    try:
-        assert tracer.start('{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"}', "x",
-                            {}) is None
-    finally:
-        tracer.shutdown()
+def test_an_unsampled_context_or_a_disabled_sdk_gets_no_span(dead_port_tracer, monkeypatch):
+    assert dead_port_tracer().start(
+        '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"}', "x", {}) is None
     monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
-    tracer = RequestTracer(TraceSettings("http://127.0.0.1:9/v1/traces"), {}, lambda n: None, lambda m: None,
-                           service_name="test")
-    try:
-        assert tracer.start('{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}', "x",
-                            {}) is None
-    finally:
-        tracer.shutdown()
+    assert dead_port_tracer().start(
+        '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}', "x", {}) is None
 
 
 def test_a_health_incident_is_one_trace_with_a_span_per_restart_attempt():
