@@ -23,6 +23,10 @@ TRITON_RESERVED = frozenset(
     {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "binary_data_output",
      "triton_enable_empty_final_response"}
 )
+# The W3C trace context a server forwards from the client's headers as request parameters
+# (`--grpc-header-forward-pattern traceparent`): the tracer reads it (trace_attributes.py); not sampling parameters.
+TRACEPARENT = "traceparent"
+TRACE_CONTEXT_KEYS = frozenset({TRACEPARENT, "tracestate"})
 LORA_KEY = "lora_name"
 
 
@@ -67,7 +71,7 @@ def build_sampling(raw: dict[str, Any], source: str) -> SamplingRequest:
     import msgspec
     from vllm.sampling_params import SamplingParams  # not `from vllm import`: vLLM's lazy loader costs ≈ 9 µs
 
-    values = {k: v for k, v in raw.items() if k not in TRITON_RESERVED}
+    values = {k: v for k, v in raw.items() if k not in TRITON_RESERVED and k not in TRACE_CONTEXT_KEYS}
     lora_name = values.pop(LORA_KEY, None)
     if lora_name is not None and not isinstance(lora_name, str):
         raise InvalidRequest(f"{source}: {LORA_KEY!r} must be a string, got {type(lora_name).__name__}")

@@ -8,6 +8,7 @@ import uuid
 from typing import Any
 
 from .request_decoding import EmbedRequest, GenerateRequest
+from .sampling import TRACEPARENT
 
 PROVIDER = "vllm"
 # The context vLLM gets for a request Triton does not trace: valid but not sampled, so that vLLM (whose tracer
@@ -33,11 +34,30 @@ def request_id(view: Any) -> str:
     return f"{given}-{unique}" if given else unique
 
 
-def start_span(tracer: Any, view: Any, inflight: Any, attributes: dict[str, Any]) -> Any:
-    """A span for the request if Triton traces it (its trace context reaches the model), else None."""
+def trace_context(view: Any) -> str | None:
+    """The request's W3C trace context as JSON: Triton's when Triton traces the request; else the client's
+    `traceparent` that Triton forwarded as a request parameter (`--grpc-header-forward-pattern traceparent`,
+    `--http-header-forward-pattern`): the parameters JSON carries it under the same key.
+
+    Why the second: tritonserver's gRPC frontend (2.51 up to at least 2.73) reads the `traceparent` metadata as a C
+    string, past its end (`GrpcServerCarrier::Get` returns `string_ref::data()`), so whatever bytes follow it decide
+    whether the context parses: it lost one gRPC request in six on the GPU host, one in three of a CI run. The
+    forwarded header is copied by its length, so the backend span and vLLM's still join the client's trace."""
     get = getattr(view, "trace_context", None)
     context = get() if get is not None else None
-    return tracer.start(context, f"text_completion {attributes.get('triton.model_name', '')}".strip(), {
+    if context:
+        return context
+    parameters = getattr(view, "parameters", None)
+    try:
+        text = parameters() if parameters is not None else None
+    except Exception:  # a stub that cannot say: no context
+        return None
+    return text if isinstance(text, str) and f'"{TRACEPARENT}"' in text else None
+
+
+def start_span(tracer: Any, view: Any, inflight: Any, attributes: dict[str, Any]) -> Any:
+    """A span for the request if it carries a trace context (`trace_context`) the tracer samples, else None."""
+    return tracer.start(trace_context(view), f"text_completion {attributes.get('triton.model_name', '')}".strip(), {
         **attributes, "gen_ai.provider.name": PROVIDER, "gen_ai.response.id": inflight.request_id,
         "triton.request_id": client_request_id(view) or None})
 

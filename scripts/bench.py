@@ -18,7 +18,8 @@ drift, and whatever the configuration before leaves behind, hits each one from b
      one observe() per token), gRPC streaming: c's partner for per_token_histograms_over_series
 x, b, c, d, g are models of one tritonserver and h is c's model over HTTP. e and f run on a second tritonserver
 in OpenTelemetry mode with `rate=0`, which traces exactly the requests that carry a W3C `traceparent`: e sends a
-new one with every request, f none. So tracing is measured on one engine, one model and one server, traced and
+new one with every request, f none (the header is forwarded to the backend too, which traces those whose context
+Triton's gRPC frontend loses). So tracing is measured on one engine, one model and one server, traced and
 not, round by round (two servers of the same configuration differ by up to ± 3 % in a long run: their engines do
 not run alike), and b, c, d build no tracer at all. A model is idle while another is measured, and each
 measurement starts after a short settle (vLLM's workers busy-poll for a second after work). Per round it also
@@ -762,9 +763,11 @@ def engine_args(text: str) -> dict[str, Any]:
 
 def tracing_args(sink_url: str) -> list[str]:
     """tritonserver's flags for OpenTelemetry mode, exported to `sink_url`: `rate=0` traces exactly the requests
-    that carry a `traceparent` (the clients' `traced=True`)."""
+    that carry a `traceparent` (the clients' `traced=True`), and the header is forwarded to the backend too, which
+    traces the requests whose context Triton's gRPC frontend loses (backend/trace_attributes.py says how)."""
     return ["--trace-config", "mode=opentelemetry", "--trace-config", f"opentelemetry,url={sink_url}",
-            "--trace-config", "rate=0", "--trace-config", "level=TIMESTAMPS"]
+            "--trace-config", "rate=0", "--trace-config", "level=TIMESTAMPS",
+            "--grpc-header-forward-pattern", "traceparent"]
 
 
 def start_sink() -> tuple[subprocess.Popen, str]:

@@ -3,7 +3,8 @@ from `execute()` until the final response is sent, with the GenAI semantic-conve
 
 Tracing follows Triton's own settings: with `--trace-config mode=opentelemetry` a request Triton traces (its
 context reaches the model as a W3C `traceparent`) gets a backend span, and vLLM's `llm_request` span becomes that
-span's child through `trace_headers`. A request Triton does not trace gets nothing, and a server not in
+span's child through `trace_headers`; so does one whose client's `traceparent` Triton forwarded to the model
+where Triton lost it (backend/trace_attributes.py). A request with neither gets nothing, and a server not in
 OpenTelemetry mode builds no tracer at all: no exporter, no span objects. The exporter is the SDK's OTLP exporter,
 in a process of its own (tracing/export_process.py: the stub keeps only a copy of each finished span), configured by
 the standard OTEL_* variables; without them it sends to Triton's own `opentelemetry,url`.

@@ -292,8 +292,9 @@ def grpc_inputs(prompt: bytes | str, *, stream: bool = True, sampling: dict[str,
 async def grpc_stream(server: Any, model: str, inputs: list[Any], *, stop_after: int | None = None,
                       on_response: Callable[[Any], None] | None = None,
                       timeout: float = 60, headers: dict[str, str] | None = None,
-                      request_id: str = "r") -> list[tuple[Any, Any]]:
-    """Responses of one streaming request; with `stop_after`, the client cancels after that many.
+                      request_id: str = "r", parameters: dict[str, Any] | None = None) -> list[tuple[Any, Any]]:
+    """Responses of one streaming request (`parameters`: the request's own); with `stop_after`, the client cancels
+    after that many.
 
     Otherwise the stream is read to its end — the server closes it after the final response, as the client has
     half-closed — and never cancelled after the final response: tritonserver 2.51's gRPC frontend leaks the
@@ -304,7 +305,7 @@ async def grpc_stream(server: Any, model: str, inputs: list[Any], *, stop_after:
     client = aioclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
 
     async def requests_iter():
-        yield {"model_name": model, "inputs": inputs, "request_id": request_id}
+        yield {"model_name": model, "inputs": inputs, "request_id": request_id, "parameters": parameters}
 
     results: list[tuple[Any, Any]] = []
     stream = client.stream_infer(requests_iter(), stream_timeout=timeout, headers=headers)

@@ -52,6 +52,15 @@ def test_each_request_gets_parameters_of_its_own_which_vllm_need_not_deep_copy()
         decode_request(view(parameters={"skip_clone": False}))
 
 
+def test_a_forwarded_trace_context_is_not_a_sampling_parameter():
+    """Triton forwards a client's `traceparent` / `tracestate` headers as request parameters where the operator asks
+    (`--grpc-header-forward-pattern`): sampling parameters sent the same way still decode, the others still fail."""
+    context = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "tracestate": "k=v"}
+    assert decode_request(view(parameters={**context, "max_tokens": 3})).sampling.params.max_tokens == 3
+    with pytest.raises(InvalidRequest, match=r"unknown sampling parameter\(s\) 'traceparentx'"):
+        decode_request(view(parameters={**context, "traceparentx": 1}))
+
+
 def test_streaming_never_prepends_the_prompt():
     assert decode_request(view(stream=True)).prepend_input is False
     assert decode_request(view(exclude_input_in_output=True)).prepend_input is False

@@ -1,6 +1,7 @@
 """Tracing's pure logic: when it is on and where spans go (from tritonserver's flags and OTEL_* variables), which
 requests get a span, and what a request's and an incident's spans say."""
 
+from vllm_triton_observable.backend.trace_attributes import trace_context
 from vllm_triton_observable.common.server_flags import trace_config
 from vllm_triton_observable.tracing.spans import TraceSettings
 
@@ -40,6 +41,40 @@ def test_only_requests_triton_traces_get_a_span(dead_port_tracer):
     assert span.headers()["traceparent"].startswith("00-0af7651916cd43dd8448eb211c80319c-")
     span.end("completed")
     span.end("completed")  # a second end is harmless
+
+
+class _View:
+    """What the stub tells of a request: Triton's trace context (None when Triton does not trace it) and the
+    request's parameters as JSON."""
+
+    def __init__(self, triton_context, parameters):
+        self.trace_context = lambda: triton_context
+        self.parameters = lambda: parameters
+
+
+def test_a_request_triton_did_not_trace_continues_the_client_trace_that_triton_forwarded():
+    """Triton's context first (the backend span is a child of Triton's); without it, the `traceparent` header
+    Triton forwarded as a request parameter (its gRPC frontend loses some contexts it should trace)."""
+    triton = '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}'
+    forwarded = '{"max_tokens": 4, "traceparent": "00-11111111111111111111111111111111-2222222222222222-01"}'
+    assert trace_context(_View(triton, forwarded)) == triton
+    assert trace_context(_View(None, forwarded)) == forwarded
+    assert trace_context(_View("", forwarded)) == forwarded
+    assert trace_context(_View(None, '{"max_tokens": 4}')) is None
+    assert trace_context(_View(None, "{}")) is None
+
+
+def test_a_forwarded_client_context_makes_the_span_a_child_of_the_client_span(dead_port_tracer):
+    tracer = dead_port_tracer()
+    records = []
+    tracer.exporter.submit = records.append
+    forwarded = '{"traceparent": "00-11111111111111111111111111111111-2222222222222222-01", "tracestate": "k=v"}'
+    tracer.start(trace_context(_View(None, forwarded)), "x", {}).end("completed")
+    (done,) = records
+    assert done.trace_id == 0x11111111111111111111111111111111 and done.parent == (0x2222222222222222, True)
+    assert done.trace_state == "k=v"
+    unsampled = forwarded.replace('-01"', '-00"')
+    assert tracer.start(trace_context(_View(None, unsampled)), "x", {}) is None  # the client's "not sampled" holds
 
 
 def test_a_request_span_is_one_record_at_its_end_with_each_event_at_its_own_time(dead_port_tracer):
