@@ -18,7 +18,7 @@ from typing import Any
 
 from ..common.errors import ConfigError
 from ..common.parameters import check_known_keys, config_parameters
-from ..common.server_flags import exit_timeout_s, explicit_model_control, http_url, metrics_allowed
+from ..common.server_flags import exit_timeout_s, explicit_model_control, http_url, metrics_allowed, trace_config
 from ..common.vllm_compat import window_note
 from ..health.settings import EXPLICIT_MODEL_CONTROL, HealthSettings
 from ..metrics import names
@@ -150,6 +150,9 @@ def make_plan(args: Mapping[str, str], model_dir: Path, argv: list[str], environ
             defaults = {"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",  # vLLM's default is gRPC
                         "OTEL_SERVICE_NAME": VLLM_SERVICE_NAME}  # vLLM's spans would be "unknown_service"
             environment.update({key: value for key, value in defaults.items() if key not in environ})
+    elif trace_config(argv).get("mode") == "opentelemetry":  # TraceSettings: so the SDK is off
+        notes.append(("info", "tracing: Triton's own spans only: OTEL_SDK_DISABLED=true turns the OpenTelemetry SDK "
+                              "off, so neither this backend nor vLLM traces requests"))
     metrics_off = gate(settings.report_custom_metrics, engine_config)
     if metrics_off is None and not server.metrics_allowed:
         metrics_off = "tritonserver runs with --allow-metrics=false"

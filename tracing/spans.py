@@ -37,15 +37,22 @@ class TraceSettings:
 
     @classmethod
     def from_server(cls, argv: list[str], env: Mapping[str, str] = os.environ) -> TraceSettings | None:
-        """None unless tritonserver traces in OpenTelemetry mode."""
+        """None unless tritonserver traces in OpenTelemetry mode and the OpenTelemetry SDK is on."""
         config = trace_config(argv)
-        if config.get("mode") != "opentelemetry":
+        if config.get("mode") != "opentelemetry" or sdk_disabled(env):
             return None
         endpoint = (env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or
                     (env["OTEL_EXPORTER_OTLP_ENDPOINT"].rstrip("/") + "/v1/traces"
                      if env.get("OTEL_EXPORTER_OTLP_ENDPOINT") else None) or
                     config.get("opentelemetry,url") or TRITON_DEFAULT_URL)
         return cls(endpoint)
+
+
+def sdk_disabled(env: Mapping[str, str]) -> bool:
+    """`OTEL_SDK_DISABLED=true`, as the Python SDK reads it: its tracer providers, vLLM's as well as the backend's,
+    hand out no-op tracers, so Triton's own spans are all there is; the backend then builds no tracer at all (no
+    export process, no span objects) and gives vLLM no endpoint."""
+    return env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
 
 
 def reachable(url: str, timeout_s: float = 1.0) -> bool:
@@ -138,7 +145,6 @@ class RequestTracer:
         self.exporter = ExportProcess(settings.endpoint, self.provider.resource.attributes, on_dropped, log_warn)
         self.provider.add_span_processor(self.exporter)
         self._tracer = self.provider.get_tracer(SCOPE)
-        self._disabled = os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"  # as the SDK reads it
         self._propagator = TraceContextTextMapPropagator()
         # W3C Trace Context Level 2's "random trace id" flag, which the SDK keeps from the parent or sets for a
         # random root id where it has it (TraceFlags.RANDOM_TRACE_ID, in recent opentelemetry-api); with older
@@ -149,7 +155,7 @@ class RequestTracer:
         """A span for a request Triton traces (its context JSON carries `traceparent`) and the provider's sampler
         samples (by default: whatever Triton traces); None for the others."""
         carrier = _carrier(triton_context)
-        if carrier is None or self._disabled:
+        if carrier is None:
             return None
         from opentelemetry import trace
         from opentelemetry.trace import SpanKind, TraceFlags

@@ -49,6 +49,14 @@ def test_a_plain_load_decides_labels_mode_settings_and_the_stub_pid(model_dir):
     assert make_plan(args(), model_dir, SERVER, {}, "0.10.0", 1).notes[0][0] == "warn"
 
 
+def test_with_the_opentelemetry_sdk_off_only_triton_traces_and_the_load_says_so(model_dir):
+    decided = plan(model_dir, TRACING, environ={"OTEL_SDK_DISABLED": "true"})
+    assert decided.server.trace is None and not decided.vllm_traces
+    assert ("info", "tracing: Triton's own spans only: OTEL_SDK_DISABLED=true turns the OpenTelemetry SDK off, so "
+                    "neither this backend nor vLLM traces requests") in decided.notes
+    assert not any("tracing" in line for _, line in plan(model_dir).notes)  # no tracing configured: no word of it
+
+
 def test_tracing_puts_the_endpoint_in_the_engine_config_and_leaves_the_operators_names(model_dir):
     decided = plan(model_dir, TRACING)
     assert decided.engine_config["otlp_traces_endpoint"] == "http://otel:4318/v1/traces" and decided.vllm_traces
