@@ -252,8 +252,9 @@ def raw_value(text: str, sample: str, **labels: str) -> float:
 
 def test_a_finished_request_is_on_the_metrics_endpoint_at_once(server):
     """The official backend's metrics suite scrapes right after the last response and expects its request counted:
-    the publisher publishes as soon as requests finished (coalesced), not only once a second. Five requests, so
-    that the once-a-second publish alone would pass with a chance of 0.1^3 at most."""
+    the publisher publishes as soon as requests finished (coalesced), not only once a second. A delay is taken when
+    the scrape that shows the request was sent (a scrape itself took up to 50 ms on two loaded cores); five
+    requests, their median under 0.15 s: the once-a-second publish alone would pass with a chance of 0.03."""
     labels = {"model": "vllm_model"}
     series = [(f"{names.VLLM_E2E_LATENCY}_count", {}, 1), (names.VLLM_GENERATION_TOKENS, {}, 4),
               (names.REQUESTS_FINISHED, {"outcome": "completed"}, 1)]
@@ -266,14 +267,15 @@ def test_a_finished_request_is_on_the_metrics_endpoint_at_once(server):
         answered = time.monotonic()
         assert "error" not in events[-1], events[-1]
         while True:
+            asked = time.monotonic()
             now = requests.get(server.metrics_url, timeout=10).text
             if all(raw_value(now, name, **labels, **extra) == raw_value(before, name, **labels, **extra) + delta
                    for name, extra, delta in series):
                 break
             assert time.monotonic() - answered < 3, "the request was not published within 3 s"
-        delays.append(time.monotonic() - answered)
+        delays.append(asked - answered)
     delays.sort()
-    assert delays[2] < 0.1 and delays[-1] < 0.5, delays
+    assert delays[2] < 0.15 and delays[-1] < 0.5, delays
 
 
 def test_gauges_rise_under_load_and_return_to_zero(server):
