@@ -150,7 +150,7 @@ def make_plan(args: Mapping[str, str], model_dir: Path, argv: list[str], environ
             defaults = {"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",  # vLLM's default is gRPC
                         "OTEL_SERVICE_NAME": VLLM_SERVICE_NAME}  # vLLM's spans would be "unknown_service"
             environment.update({key: value for key, value in defaults.items() if key not in environ})
-    elif trace_config(argv).get("mode") == "opentelemetry":  # TraceSettings: so the SDK is off
+    elif trace_config(argv).get("mode") == "opentelemetry":  # no TraceSettings in that mode: OTEL_SDK_DISABLED
         notes.append(("info", "tracing: Triton's own spans only: OTEL_SDK_DISABLED=true turns the OpenTelemetry SDK "
                               "off, so neither this backend nor vLLM traces requests"))
     metrics_off = gate(settings.report_custom_metrics, engine_config)

@@ -17,11 +17,13 @@ class TritonRequestView:
 
     Its inputs are listed once: decoding asks for a dozen by name, and `pb_utils.get_input_tensor_by_name` builds
     the request's whole input list for each ask, on the thread Triton waits on before it hands over the next
-    request."""
+    request. Its parameters JSON is read once too: the tracer looks in it for a forwarded `traceparent`, and
+    decoding for sampling parameters."""
 
     def __init__(self, request: Any) -> None:
         self._request = request
         self._inputs: dict[str, Any] | None = None
+        self._parameters: str | None = None
 
     def input(self, name: str) -> np.ndarray | None:
         if self._inputs is None:
@@ -30,7 +32,9 @@ class TritonRequestView:
         return None if tensor is None else tensor.as_numpy()
 
     def parameters(self) -> str:
-        return self._request.parameters()
+        if self._parameters is None:
+            self._parameters = self._request.parameters()
+        return self._parameters
 
     def request_id(self) -> str:
         return self._request.request_id()

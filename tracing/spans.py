@@ -76,7 +76,7 @@ class RequestSpan:
     process turns into the OTLP span the SDK would have sent."""
 
     def __init__(self, submit: Callable[[SpanRecord], None], trace_id: int, span_id: int, flags: int,
-                 trace_state: str, parent_span_id: int | None, name: str, attributes: Mapping[str, Any]) -> None:
+                 trace_state: str, parent_span_id: int, name: str, attributes: Mapping[str, Any]) -> None:
         self._submit = submit
         self._trace_id, self._span_id, self._flags, self._trace_state = trace_id, span_id, flags, trace_state
         self._parent_span_id = parent_span_id
@@ -116,7 +116,7 @@ class RequestSpan:
         end_ns = time.time_ns()
         self._submit(SpanRecord(
             self._name, self._trace_id, self._span_id, self._flags, self._trace_state,
-            None if self._parent_span_id is None else (self._parent_span_id, True), SpanKind.INTERNAL.value,
+            (self._parent_span_id, True), SpanKind.INTERNAL.value,
             self._start_ns, end_ns, {**self._attributes, "vllm_triton.outcome": outcome},
             [*self._events, ("final response sent", end_ns, {})],
             (StatusCode.ERROR if error is not None else StatusCode.UNSET).value, error, (SCOPE, None)))
@@ -146,14 +146,16 @@ class RequestTracer:
         self.provider.add_span_processor(self.exporter)
         self._tracer = self.provider.get_tracer(SCOPE)
         self._propagator = TraceContextTextMapPropagator()
-        # W3C Trace Context Level 2's "random trace id" flag, which the SDK keeps from the parent or sets for a
-        # random root id where it has it (TraceFlags.RANDOM_TRACE_ID, in recent opentelemetry-api); with older
-        # releases the SDK's spans and this tracer's alike carry only "sampled"
+        # W3C Trace Context Level 2's "random trace id" flag, which the SDK keeps from the parent where it has it
+        # (TraceFlags.RANDOM_TRACE_ID, in recent opentelemetry-api); with older releases the SDK's spans and this
+        # tracer's alike carry only "sampled". A request span always has a parent, so its trace id is never new.
         self._random_flag = getattr(TraceFlags, "RANDOM_TRACE_ID", 0)
 
     def start(self, triton_context: str | None, name: str, attributes: Mapping[str, Any]) -> RequestSpan | None:
-        """A span for a request Triton traces (its context JSON carries `traceparent`) and the provider's sampler
-        samples (by default: whatever Triton traces); None for the others."""
+        """A span for a request whose trace context (JSON: Triton's, or the parameters that carry the client's
+        forwarded `traceparent`) holds a valid parent the provider's sampler samples (by default: a sampled one);
+        None for the others. Never a root span: a request Triton does not trace and the client sent no valid
+        context for is not traced."""
         carrier = _carrier(triton_context)
         if carrier is None:
             return None
@@ -162,21 +164,15 @@ class RequestTracer:
 
         context = self._propagator.extract(carrier)
         parent = trace.get_current_span(context).get_span_context()
-        ids = self.provider.id_generator
-        trace_id = parent.trace_id if parent.is_valid else ids.generate_trace_id()
-        sampling = self.provider.sampler.should_sample(context, trace_id, name, SpanKind.INTERNAL)
+        if not parent.is_valid:  # a malformed client `traceparent`, forwarded: Triton ignores it, and so does this
+            return None
+        sampling = self.provider.sampler.should_sample(context, parent.trace_id, name, SpanKind.INTERNAL)
         if not sampling.decision.is_sampled():
             return None
-        random_flag = self._random_flag
-        if parent.is_valid:
-            random_flag &= parent.trace_flags
-        elif random_flag and not ids.is_trace_id_random():
-            random_flag = 0
-        flags = TraceFlags.SAMPLED | random_flag
+        flags = TraceFlags.SAMPLED | (self._random_flag & parent.trace_flags)
         trace_state = sampling.trace_state.to_header() if sampling.trace_state else ""
-        return RequestSpan(self.exporter.submit, trace_id, ids.generate_span_id(), flags, trace_state,
-                           parent.span_id if parent.is_valid else None, name,
-                           {**(sampling.attributes or {}), **attributes})
+        return RequestSpan(self.exporter.submit, parent.trace_id, self.provider.id_generator.generate_span_id(),
+                           flags, trace_state, parent.span_id, name, {**(sampling.attributes or {}), **attributes})
 
     def incidents(self, model: str) -> IncidentTrace:
         return IncidentTrace(self._tracer, model, self._resource)

@@ -301,19 +301,49 @@ def test_a_grpc_request_triton_did_not_trace_still_continues_the_clients_trace(t
           "the backend traced every one")
 
 
+def assert_no_strangers(server, receiver) -> None:
+    """Every request span at the receiver is of a trace these tests started. Checked after one more traced request
+    has arrived whole: what was exported before it has arrived too."""
+    trace_id, response = generate_traced(server, {"text_input": "traced", "parameters": {"max_tokens": 2}})
+    assert response.status_code == 200, response.text
+    receiver.trace(trace_id, {"InferRequest", BACKEND_SPAN, VLLM_SPAN})
+    # Request spans only: vLLM also traces its own start-up ("Overall Loading", …) once.
+    request_spans = {"InferRequest", "compute", MODEL, BACKEND_SPAN, VLLM_SPAN}
+    strangers = [s["name"] for s in receiver.spans if s["name"] in request_spans and s["trace_id"] not in TRACES]
+    assert strangers == [], strangers
+
+
 def test_a_request_triton_does_not_trace_gets_no_span(traced):
     server, receiver = traced
     response = requests.post(f"{server.http_url}/v2/models/{MODEL}/generate",
                              json={"text_input": "untraced", "parameters": {"max_tokens": 2}}, timeout=60)
     assert response.status_code == 200
-    trace_id, response = generate_traced(server, {"text_input": "traced", "parameters": {"max_tokens": 2}})
-    receiver.trace(trace_id, {"InferRequest", BACKEND_SPAN, VLLM_SPAN})  # what was exported before has arrived
-    # Request spans only: vLLM also traces its own start-up ("Overall Loading", …) once.
-    request_spans = {"InferRequest", "compute", MODEL, BACKEND_SPAN, VLLM_SPAN}
-    strangers = [s["name"] for s in receiver.spans if s["name"] in request_spans and s["trace_id"] not in TRACES]
-    assert strangers == [], strangers
+    assert_no_strangers(server, receiver)
     assert value(snapshot(server), names.TRACE_SPANS_DROPPED, model=MODEL) == 0
     assert receiver.bodies.get("application/x-protobuf", 0) > 0 and receiver.bodies.get("application/json", 0) > 0
+
+
+MALFORMED_TRACEPARENTS = ["garbage", "00-00000000000000000000000000000000-b7ad6b7169203331-01",
+                          "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+                          "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331"]
+
+
+def test_a_malformed_traceparent_is_served_untraced(traced):
+    """A client's `traceparent` that does not parse, forwarded to the model as a request parameter (HTTP header,
+    gRPC metadata, or the gRPC request's own parameter): the request is served as any other and traced by nobody —
+    Triton ignores the header, and the backend neither fails the request nor starts a trace of its own."""
+    server, receiver = traced
+    for i, bad in enumerate(MALFORMED_TRACEPARENTS):
+        response = requests.post(f"{server.http_url}/v2/models/{MODEL}/generate", headers={"traceparent": bad},
+                                 json={"text_input": PROMPT, "parameters": {"max_tokens": 2}}, timeout=60)
+        assert response.status_code == 200 and response.json()["text_output"], (bad, response.text)
+        inputs = grpc_inputs(PROMPT, sampling={"max_tokens": 2})
+        for how, kwargs in [("metadata", {"headers": {"traceparent": bad}}),
+                            ("parameter", {"parameters": {"traceparent": bad}})]:
+            results = run(grpc_stream(server, MODEL, inputs, request_id=f"bad{i}-{how}", **kwargs))
+            assert [e for _, e in results if e is not None] == [], (bad, how)
+            assert results, (bad, how)
+    assert_no_strangers(server, receiver)
 
 
 def test_a_health_incident_is_a_trace_from_unhealthy_through_the_restart_to_recovery(traced):

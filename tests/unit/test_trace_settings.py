@@ -1,6 +1,8 @@
 """Tracing's pure logic: when it is on and where spans go (from tritonserver's flags and OTEL_* variables), which
 requests get a span, and what a request's and an incident's spans say."""
 
+import json
+
 from vllm_triton_observable.backend.trace_attributes import trace_context
 from vllm_triton_observable.common.server_flags import trace_config
 from vllm_triton_observable.tracing.spans import TraceSettings
@@ -77,6 +79,20 @@ def test_a_forwarded_client_context_makes_the_span_a_child_of_the_client_span(de
     assert done.trace_state == "k=v"
     unsampled = forwarded.replace('-01"', '-00"')
     assert tracer.start(trace_context(_View(None, unsampled)), "x", {}) is None  # the client's "not sampled" holds
+
+
+def test_a_malformed_forwarded_context_gets_no_span_not_a_trace_of_its_own(dead_port_tracer):
+    """Triton ignores a `traceparent` it cannot parse; the backend, which reads the forwarded header itself, does
+    too: the request is served untraced rather than under a root trace nobody asked for."""
+    tracer = dead_port_tracer()
+    for bad in ["garbage", "", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331",
+                "00-00000000000000000000000000000000-b7ad6b7169203331-01",  # all-zero trace id
+                "00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01",  # all-zero span id
+                "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",  # the forbidden version
+                "00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01"]:  # upper case
+        forwarded = json.dumps({"max_tokens": 4, "traceparent": bad})
+        assert tracer.start(trace_context(_View(None, forwarded)), "x", {}) is None, bad
+    assert tracer.start(trace_context(_View(None, '{"traceparent": 5}')), "x", {}) is None  # not a string
 
 
 def test_a_request_span_is_one_record_at_its_end_with_each_event_at_its_own_time(dead_port_tracer):
