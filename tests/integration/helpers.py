@@ -171,7 +171,8 @@ def launched(model_repo: Path | None = None, triton_args: str = "",
 
 
 def process_states(pid: int | None) -> str:
-    """Where each process of a server that did not become ready is waiting (kernel wait channel per thread)."""
+    """Where each process of a server that did not become ready is waiting (kernel wait channel per thread), and
+    each stub's threads' stacks."""
     if pid is None or not psutil.pid_exists(pid):
         return "\n(no tritonserver process)"
     lines = []
@@ -183,7 +184,23 @@ def process_states(pid: int | None) -> str:
             lines.append(f"{process.pid} {cmdline(process)[:60]} {process.status()} "
                          f"cpu={process.cpu_times().user:.0f}s "
                          f"waits={waits}")
-    return "\n" + "\n".join(lines)
+    stubs = [p for p in root.children(recursive=True)
+             if cmdline(p).split(" ")[0].endswith("triton_python_backend_stub")]
+    return "\n" + "\n".join([*lines, *(python_stacks(stub.pid) for stub in stubs)])
+
+
+def python_stacks(pid: int) -> str:
+    """py-spy's dump of every thread of a stub, native frames included: where each one waits (a load once hung with
+    every thread of the stub asleep after `initialize()` had logged its last line)."""
+    py_spy = Path(sys.executable).parent / "py-spy"
+    if not py_spy.exists():
+        return f"(no py-spy beside {sys.executable}: no stacks of {pid})"
+    try:
+        dump = subprocess.run([str(py_spy), "dump", "--native", "--pid", str(pid)], capture_output=True, text=True,
+                              timeout=30)
+    except subprocess.TimeoutExpired:
+        return f"py-spy dump --pid {pid}: no answer in 30 s"
+    return dump.stdout + dump.stderr
 
 
 def printed_commands(output: list[str]) -> list[str]:
