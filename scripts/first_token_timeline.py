@@ -49,6 +49,8 @@ VLLM_SPAN = "llm_request"  # vLLM's span, whichever service name its process has
 # the response, often after the client already has it.
 AFTER_THE_CLIENT = {"backend: first response sent"}
 SKEW_NS = 5_000_000  # a timestamp this far before the client's send is not this request's (Triton writes some so)
+# A trace's services where Triton's gRPC frontend lost the request's context: the backend's and vLLM's
+WITHOUT_TRITON = 2
 CLIENT_SENT, CLIENT_FIRST = "client: request sent", "client: first token received"
 # Triton configurations a timeline can serve: HTTP clients on one plain tritonserver (k needs a server of its own)
 TIMED = bench.HTTP_CLIENT - bench.FORKED
@@ -217,7 +219,7 @@ def spans_from(receiver_url: str, expected: dict[str, int], wait_s: float = 30.0
             arrived, last_arrival = len(spans), time.monotonic()
         have = {t: len(services.get(t, ())) for t in expected}
         whole = all(have[t] >= n for t, n in expected.items())
-        without_triton = all(have[t] >= min(n, 2) for t, n in expected.items())
+        without_triton = all(have[t] >= min(n, WITHOUT_TRITON) for t, n in expected.items())
         if whole or (without_triton and time.monotonic() - last_arrival >= quiet_s) or time.monotonic() > deadline:
             return spans
         time.sleep(1.0)

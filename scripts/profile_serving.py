@@ -155,9 +155,15 @@ def perf_shares(data: Path, sort: str, top: int) -> list[tuple[str, float]]:
     return rows[:top]
 
 
-def start_py_spy(pid: int, seconds: float, output: Path) -> subprocess.Popen | None:
+def py_spy_path() -> str | None:
+    """py-spy on the PATH, else beside this interpreter (the project's venv); None where it is not installed."""
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    if not Path(py_spy).exists():
+    return py_spy if Path(py_spy).exists() else None
+
+
+def start_py_spy(pid: int, seconds: float, output: Path) -> subprocess.Popen | None:
+    py_spy = py_spy_path()
+    if py_spy is None:
         return None
     return subprocess.Popen([py_spy, "record", "-p", str(pid), "--gil", "--nonblocking", "-r", str(PY_SPY_RATE),
                              "-d", str(int(seconds)), "--format", "raw", "-o", str(output)],

@@ -192,11 +192,13 @@ def process_states(pid: int | None) -> str:
 def python_stacks(pid: int) -> str:
     """py-spy's dump of every thread of a stub, native frames included: where each one waits (a load once hung with
     every thread of the stub asleep after `initialize()` had logged its last line)."""
-    py_spy = Path(sys.executable).parent / "py-spy"
-    if not py_spy.exists():
-        return f"(no py-spy beside {sys.executable}: no stacks of {pid})"
+    from profile_serving import py_spy_path  # only when a server failed: it imports make bench's module
+
+    py_spy = py_spy_path()
+    if py_spy is None:
+        return f"(no py-spy installed: no stacks of {pid})"
     try:
-        dump = subprocess.run([str(py_spy), "dump", "--native", "--pid", str(pid)], capture_output=True, text=True,
+        dump = subprocess.run([py_spy, "dump", "--native", "--pid", str(pid)], capture_output=True, text=True,
                               timeout=30)
     except subprocess.TimeoutExpired:
         return f"py-spy dump --pid {pid}: no answer in 30 s"
