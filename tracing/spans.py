@@ -259,4 +259,7 @@ def _carrier(triton_context: str | None) -> dict[str, str] | None:
         carrier = json.loads(triton_context)
     except ValueError:
         return None
-    return carrier if isinstance(carrier, dict) and isinstance(carrier.get("traceparent"), str) else None
+    if not isinstance(carrier, dict) or not isinstance(carrier.get("traceparent"), str):
+        return None
+    # only text reaches the propagator: a forwarded request parameter may be a number (it raises on one)
+    return {key: value for key, value in carrier.items() if isinstance(value, str)}

@@ -343,6 +343,12 @@ def test_a_malformed_traceparent_is_served_untraced(traced):
             results = run(grpc_stream(server, MODEL, inputs, request_id=f"bad{i}-{how}", **kwargs))
             assert [e for _, e in results if e is not None] == [], (bad, how)
             assert results, (bad, how)
+    # a valid context beside a tracestate that is not text (a gRPC parameter may be a number): served and traced
+    trace_id, header = traceparent()
+    results = run(grpc_stream(server, MODEL, grpc_inputs(PROMPT, sampling={"max_tokens": 2}), request_id="state",
+                              parameters={"traceparent": header, "tracestate": 5}))
+    assert [e for _, e in results if e is not None] == [] and results
+    assert BACKEND_SPAN in receiver.trace(trace_id, {BACKEND_SPAN})
     assert_no_strangers(server, receiver)
 
 

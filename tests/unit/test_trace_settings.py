@@ -93,6 +93,11 @@ def test_a_malformed_forwarded_context_gets_no_span_not_a_trace_of_its_own(dead_
         forwarded = json.dumps({"max_tokens": 4, "traceparent": bad})
         assert tracer.start(trace_context(_View(None, forwarded)), "x", {}) is None, bad
     assert tracer.start(trace_context(_View(None, '{"traceparent": 5}')), "x", {}) is None  # not a string
+    # a tracestate that is not text is left out; the valid parent still traces the request
+    forwarded = '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "tracestate": 5}'
+    span = tracer.start(trace_context(_View(None, forwarded)), "x", {})
+    assert span.headers()["traceparent"].startswith("00-0af7651916cd43dd8448eb211c80319c-")
+    assert "tracestate" not in span.headers()
 
 
 def test_a_request_span_is_one_record_at_its_end_with_each_event_at_its_own_time(dead_port_tracer):
